@@ -1,0 +1,1 @@
+"""The hand-written asyncio implementation; ``pgqueue/_sync`` is generated from it."""

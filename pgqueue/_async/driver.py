@@ -1,0 +1,132 @@
+"""The seam between pgqueue's core and a database library: the asyncio protocols.
+
+The core talks to PostgreSQL only through these methods. An adapter in ``pgqueue_adapters``
+implements them for one library; ``tests/_async/test_conformance.py`` is the contract every
+adapter must pass unchanged.
+
+Conventions every adapter follows:
+
+- SQL uses PostgreSQL's native placeholders ``$1, $2, ...``; ``params`` is a sequence.
+- Parameters are ``None``, ``bool``, ``int``, ``float``, ``str``, aware ``datetime``,
+  ``uuid.UUID`` and lists of those (sent as arrays). JSON travels as ``str`` cast in SQL
+  (``$1::jsonb``). Results come back as tuples of the same Python types.
+- Errors from the server or the connection are raised as :class:`pgqueue.DatabaseError`
+  (with ``sqlstate``) or :class:`pgqueue.ConnectionLost`, the library's exception chained.
+- A statement outside ``with_tx`` runs in its own transaction and is committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol, runtime_checkable
+
+from ..drivers import Notification, Params, Row
+
+__all__ = ["AsyncAdvisoryLock", "AsyncDriver", "AsyncListener", "AsyncSupportsCopy"]
+
+
+@runtime_checkable
+class AsyncListener(Protocol):
+    """A dedicated session that LISTENs on one channel for as long as the listener lives."""
+
+    @property
+    def channel(self) -> str:
+        """The channel listened to, as given (the adapter quotes it)."""
+        ...
+
+    @property
+    def backend_pid(self) -> int:
+        """The PostgreSQL backend pid of the listening session."""
+        ...
+
+    async def wait(self, timeout: float) -> list[Notification]:
+        """Return the notifications that arrive within ``timeout`` seconds.
+
+        Returns as soon as at least one notification is there (with all that are already
+        queued), or an empty list when the time runs out. Raises
+        :class:`pgqueue.ConnectionLost` when the session died: notifications may have been missed,
+        so the caller should open a new listener and re-check the database.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Stop listening and close the session. Idempotent."""
+        ...
+
+
+@runtime_checkable
+class AsyncAdvisoryLock(Protocol):
+    """A session-level advisory lock held by a dedicated session."""
+
+    @property
+    def key(self) -> int:
+        """The lock key."""
+        ...
+
+    @property
+    def backend_pid(self) -> int:
+        """The PostgreSQL backend pid of the session holding the lock."""
+        ...
+
+    async def is_held(self) -> bool:
+        """Return True if the session is alive and still holds the lock (one round trip)."""
+        ...
+
+    async def release(self) -> None:
+        """Release the lock and close its session. Idempotent; never raises for a dead session."""
+        ...
+
+
+@runtime_checkable
+class AsyncDriver(Protocol):
+    """What the pgqueue core needs from a database library (asyncio side)."""
+
+    async def exec(self, sql: str, params: Params = ()) -> None:
+        """Run one statement and discard any result."""
+        ...
+
+    async def query(self, sql: str, params: Params = ()) -> list[Row]:
+        """Run one statement and return all its rows as tuples."""
+        ...
+
+    def with_tx(self) -> AbstractAsyncContextManager[AsyncDriver]:
+        """Open a transaction; the driver it yields runs every statement inside it.
+
+        Leaving the block normally commits, an exception rolls back and propagates. Nested use
+        on the yielded driver makes a savepoint.
+        """
+        ...
+
+    async def listener(self, channel: str) -> AsyncListener:
+        """Open a dedicated session listening on ``channel``."""
+        ...
+
+    async def try_advisory_lock(self, key: int) -> AsyncAdvisoryLock | None:
+        """Try to take session advisory lock ``key`` on a new dedicated session, without waiting.
+
+        Returns the held lock, or ``None`` if another session holds it.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Release what the driver opened itself (never a connection or pool it was handed)."""
+        ...
+
+
+@runtime_checkable
+class AsyncSupportsCopy(Protocol):
+    """Optional capability: bulk load rows with ``COPY ... FROM STDIN``."""
+
+    async def copy_records(
+        self,
+        schema: str,
+        table: str,
+        columns: Sequence[str],
+        records: Iterable[Sequence[Any]],
+    ) -> int:
+        """Copy ``records`` into ``schema.table`` (names unquoted; the adapter quotes them).
+
+        Returns the number of rows copied.
+        """
+        ...

@@ -1,0 +1,114 @@
+"""Types shared by both sides of the driver seam, and the lookup from a name to an adapter.
+
+The core never imports a database library. It finds an adapter by name (``"psycopg"``) or by
+the type of a native object a caller hands in (a psycopg ``Connection`` given to
+``add_job_with_tx``), and imports the adapter module only then.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from .errors import ConfigurationError, DriverNotInstalled
+
+__all__ = [
+    "DRIVER_ENV_VAR",
+    "Notification",
+    "Params",
+    "Row",
+    "adapter_for_native",
+    "driver_names",
+    "load_adapter",
+    "resolve_driver_name",
+]
+
+Row = tuple[Any, ...]
+"""One result row: a tuple of Python values, in the statement's column order."""
+
+Params = Sequence[Any]
+"""Positional parameters for ``$1, $2, ...`` placeholders."""
+
+DRIVER_ENV_VAR = "PGQUEUE_DRIVER"
+
+
+@dataclass(frozen=True)
+class Notification:
+    """One NOTIFY received by a listener."""
+
+    channel: str
+    payload: str
+    pid: int
+
+
+@dataclass(frozen=True)
+class _AdapterInfo:
+    module: str
+    library: str  # the top-level module that must be importable
+    extra: str  # the pip extra that installs it
+    native_prefixes: tuple[str, ...]  # module prefixes of native objects it can wrap
+
+
+_ADAPTERS: dict[str, _AdapterInfo] = {
+    "psycopg": _AdapterInfo("pgqueue_adapters.psycopg", "psycopg", "psycopg", ("psycopg",)),
+}
+
+# URL schemes that name a driver, as SQLAlchemy spells them.
+_SCHEME_DRIVERS = {"postgresql+psycopg": "psycopg", "postgres+psycopg": "psycopg"}
+
+
+def driver_names() -> list[str]:
+    """Return the names of the drivers pgqueue knows."""
+    return sorted(_ADAPTERS)
+
+
+def resolve_driver_name(url: str | None, driver: str | None) -> tuple[str, str | None]:
+    """Decide which driver to use and return ``(name, url)`` with any driver scheme removed.
+
+    Precedence: the explicit ``driver`` argument, then ``$PGQUEUE_DRIVER``, then a
+    ``postgresql+<driver>://`` URL scheme, then ``"psycopg"``.
+    """
+    scheme_driver = None
+    if url is not None and "://" in url:
+        scheme, rest = url.split("://", 1)
+        if "+" in scheme:
+            scheme_driver = _SCHEME_DRIVERS.get(scheme.lower())
+            if scheme_driver is None:
+                raise ConfigurationError(
+                    f"unknown driver in URL scheme {scheme!r}: use postgresql:// with "
+                    f"driver= one of {', '.join(driver_names())}"
+                )
+            url = "postgresql://" + rest
+    name = driver or os.environ.get(DRIVER_ENV_VAR) or scheme_driver or "psycopg"
+    if name not in _ADAPTERS:
+        raise ConfigurationError(f"unknown driver {name!r}: use one of {', '.join(driver_names())}")
+    return name, url
+
+
+def load_adapter(name: str) -> ModuleType:
+    """Import the adapter module for driver ``name``, with an install hint if it cannot be."""
+    info = _ADAPTERS[name]
+    try:
+        importlib.import_module(info.library)
+    except ImportError as exc:
+        raise DriverNotInstalled(
+            f"the {name} driver needs the {info.library} package: "
+            f"pip install 'pgqueue[{info.extra}]'"
+        ) from exc
+    return importlib.import_module(info.module)
+
+
+def adapter_for_native(obj: object) -> ModuleType:
+    """Return the adapter module that can run statements on native object ``obj``."""
+    module = type(obj).__module__ or ""
+    for name, info in _ADAPTERS.items():
+        if any(module == p or module.startswith(p + ".") for p in info.native_prefixes):
+            return load_adapter(name)
+    raise ConfigurationError(
+        f"cannot enqueue on a {type(obj).__module__}.{type(obj).__qualname__}: pass a "
+        "connection or session of a supported driver (" + ", ".join(driver_names()) + ")"
+    )

@@ -1,0 +1,187 @@
+"""Turning a job object plus options into the row that ``job_insert`` stores.
+
+Shared by the sync and async clients. Everything here is checked *before* any SQL runs, so a
+refused job never leaves anything behind.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from .errors import InvalidJobOptions, JobSerializationError, PayloadTooLarge, UnknownJobKind
+from .jobs import JobHandle, Worker, WorkerRegistry
+from .names import validate_kind
+from .options import JobOptions
+from .settings import Settings
+
+__all__ = [
+    "PreparedJob",
+    "call_options",
+    "encode_payload",
+    "handles_from_rows",
+    "insert_many_params",
+    "prepare",
+]
+
+# json.dumps escapes U+0000 as \u0000; PostgreSQL's jsonb refuses that escape. Only an odd number
+# of backslashes before "u0000" is the escape itself ("\\u0000" is an escaped backslash + text).
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+@dataclass(frozen=True)
+class PreparedJob:
+    """A validated job, ready to bind to ``job_insert``."""
+
+    kind: str
+    queue: str
+    payload: str
+    priority: int
+    max_attempts: int
+    run_at: datetime | None
+    run_in: float | None
+    key: str | None
+    options: str
+
+    def params(self) -> tuple[Any, ...]:
+        """Return the parameters of ``job_insert`` in order."""
+        return (
+            self.kind,
+            self.queue,
+            self.payload,
+            self.priority,
+            self.max_attempts,
+            self.run_at,
+            self.run_in,
+            self.key,
+            self.options,
+        )
+
+
+def encode_payload(job: Worker, settings: Settings) -> str:
+    """Serialize ``job``'s arguments to the JSON text stored in the ``payload`` column."""
+    what = type(job).__qualname__
+    args = job.to_payload()
+    try:
+        text = json.dumps(args, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise JobSerializationError(
+            f"cannot store the arguments of {what}: {_culprit(args)}{exc}. Job arguments are "
+            "stored as JSON: pass str, int, finite float, bool, None, list or dict values "
+            "(convert datetimes, UUIDs, Decimals and sets yourself, or use a pydantic model)"
+        ) from exc
+    if _NUL_ESCAPE.search(text):
+        raise JobSerializationError(
+            f"cannot store the arguments of {what}: a string contains a NUL character (\\x00), "
+            "which PostgreSQL cannot store in JSON; strip it or encode the value (e.g. base64)"
+        )
+    size = len(text.encode("utf-8"))
+    if size > settings.max_payload_bytes:
+        raise PayloadTooLarge(
+            f"the arguments of {what} take {size} bytes as JSON, over the limit of "
+            f"{settings.max_payload_bytes}: store large data elsewhere and pass a reference, or "
+            "raise Settings(max_payload_bytes=...)"
+        )
+    return text
+
+
+def _culprit(args: dict[str, Any]) -> str:
+    for name, value in args.items():
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            return f"field {name!r} ({type(value).__name__}): "
+    return ""
+
+
+def prepare(
+    job: Worker,
+    options: JobOptions | None,
+    *,
+    settings: Settings,
+    registry: WorkerRegistry | None,
+) -> PreparedJob:
+    """Validate ``job`` and merge its options: call options over class options over defaults."""
+    if not isinstance(job, Worker):
+        raise TypeError(
+            f"add_job expects an instance of a pgqueue.Worker subclass, got {type(job).__name__}"
+        )
+    kind = validate_kind(type(job).kind)
+    if registry is not None and kind not in registry:
+        raise UnknownJobKind(
+            f"kind {kind!r} ({type(job).__qualname__}) is not in this client's registry: "
+            "register it, or enqueue through a client without a registry"
+        )
+    merged = settings.job_defaults.merged_with(type(job).job_options).merged_with(options)
+    resolved = merged.resolve()
+    if resolved.unique_seconds is not None:
+        raise InvalidJobOptions(
+            "unique= is not supported by this version of pgqueue yet; use job_id= to keep "
+            "duplicates out meanwhile"
+        )
+    runtime: dict[str, Any] = {}
+    if resolved.timeout_seconds is not None:
+        runtime["timeout"] = resolved.timeout_seconds
+    if resolved.unique_seconds is not None:
+        runtime["unique"] = resolved.unique_seconds
+    return PreparedJob(
+        kind=kind,
+        queue=resolved.queue,
+        payload=encode_payload(job, settings),
+        priority=resolved.priority,
+        max_attempts=resolved.max_attempts,
+        run_at=resolved.run_at,
+        run_in=resolved.run_in_seconds,
+        key=resolved.job_id,
+        options=json.dumps(runtime, separators=(",", ":")),
+    )
+
+
+def insert_many_params(jobs: Sequence[PreparedJob]) -> tuple[list[Any], ...]:
+    """Return the array parameters of ``job_insert_many`` for ``jobs`` (one array per column)."""
+    columns: tuple[list[Any], ...] = tuple([] for _ in range(9))
+    for job in jobs:
+        for column, value in zip(columns, job.params(), strict=True):
+            column.append(value)
+    return columns
+
+
+def handles_from_rows(
+    jobs: Sequence[PreparedJob], rows: Sequence[Sequence[Any]]
+) -> list[JobHandle]:
+    """Pair inserted jobs with the ``(id, scheduled_for)`` rows their insert returned."""
+    if len(rows) != len(jobs):
+        raise RuntimeError(f"inserted {len(rows)} rows for {len(jobs)} jobs")
+    return [
+        JobHandle(id=row[0], kind=job.kind, queue=job.queue, scheduled_for=row[1], job_id=job.key)
+        for job, row in zip(jobs, rows, strict=True)
+    ]
+
+
+def call_options(
+    options: JobOptions | None,
+    queue: str | None,
+    priority: int | None,
+    run_at: datetime | None,
+    run_in: timedelta | None,
+    max_attempts: int | None,
+    job_id: str | None,
+    unique: timedelta | None,
+    timeout: timedelta | None,
+) -> JobOptions:
+    """Combine ``add_job``'s ``options`` argument with its keyword options (keywords win)."""
+    keywords = JobOptions(
+        queue=queue,
+        priority=priority,
+        run_at=run_at,
+        run_in=run_in,
+        max_attempts=max_attempts,
+        job_id=job_id,
+        unique=unique,
+        timeout=timeout,
+    )
+    return (options or JobOptions()).merged_with(keywords)

@@ -1,0 +1,194 @@
+"""Defining jobs: the ``Worker`` base class, ``JobContext`` and ``WorkerRegistry``."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from collections.abc import Awaitable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ClassVar, Protocol, TypeVar, cast
+
+from .errors import DuplicateKind, JobSerializationError, UnknownJobKind
+from .names import validate_kind
+from .options import JobOptions
+
+__all__ = ["CancelSignal", "JobContext", "JobHandle", "Worker", "WorkerRegistry"]
+
+W = TypeVar("W", bound="type[Worker]")
+
+_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
+def snake_case(name: str) -> str:
+    """Convert a class name to snake_case: ``SendHTTPEmail`` -> ``send_http_email``."""
+    return _CAMEL_BOUNDARY.sub("_", name).lower()
+
+
+class CancelSignal(Protocol):
+    """The flag a running job polls to learn it should stop (``threading.Event``-like)."""
+
+    def is_set(self) -> bool:
+        """Return True once cancellation (shutdown, timeout or ``cancel``) was requested."""
+        ...
+
+
+class Worker:
+    """Base class of a job type. Its fields are the job's arguments.
+
+    Subclass it as a ``@dataclass`` (pydantic models and msgspec Structs also work) and
+    implement ``process``, sync or ``async``::
+
+        @dataclass
+        class SendEmail(pgqueue.Worker):
+            kind = "send_email"  # optional; defaults to the class name in snake_case
+            to: str
+            subject: str
+
+            def process(self, ctx: pgqueue.JobContext) -> None: ...
+
+    ``job_options`` may hold per-type defaults (queue, priority, max_attempts, timeout...) that
+    ``add_job`` arguments override. Each claimed job gets a fresh instance built from its
+    stored arguments; instances are never shared between jobs or threads.
+    """
+
+    kind: ClassVar[str]
+    job_options: ClassVar[JobOptions | None] = None
+    # Tells pydantic that these are class settings, not model fields.
+    __class_vars__: ClassVar[set[str]] = {"kind", "job_options"}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "kind" not in cls.__dict__:
+            cls.kind = snake_case(cls.__name__)
+        validate_kind(cls.kind)
+
+    def process(self, ctx: JobContext) -> Awaitable[None] | None:
+        """Do the job. Return normally for success; raise to fail (and be retried)."""
+        raise NotImplementedError(f"{type(self).__qualname__} must implement process(self, ctx)")
+
+    def to_payload(self) -> dict[str, Any]:
+        """Return the job's arguments as a JSON-ready dict."""
+        dump = getattr(self, "model_dump", None)
+        if callable(dump):  # pydantic v2
+            result: dict[str, Any] = dump(mode="json")
+            return result
+        if dataclasses.is_dataclass(self):
+            return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        if hasattr(type(self), "__struct_fields__"):  # msgspec.Struct
+            import msgspec
+
+            builtins: dict[str, Any] = msgspec.to_builtins(self)
+            return builtins
+        raise JobSerializationError(
+            f"cannot read the arguments of {type(self).__qualname__}: declare it as a @dataclass "
+            "(or a pydantic model / msgspec Struct) so its fields are the job's arguments"
+        )
+
+    @classmethod
+    def from_payload(cls: type[Any], payload: Mapping[str, Any]) -> Any:
+        """Build a fresh instance from stored arguments."""
+        validate = getattr(cls, "model_validate", None)
+        if callable(validate):
+            return validate(payload)
+        if hasattr(cls, "__struct_fields__"):
+            import msgspec
+
+            return msgspec.convert(payload, cls)
+        return cls(**payload)
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What a running job knows about itself, passed to ``Worker.process``."""
+
+    job_id: int
+    kind: str
+    queue: str
+    attempt: int
+    max_attempts: int
+    scheduled_for: datetime
+    cancelled: CancelSignal
+    logger: logging.LoggerAdapter[logging.Logger]
+
+    @property
+    def is_last_attempt(self) -> bool:
+        """True when a failure of this attempt will mark the job failed for good."""
+        return self.attempt >= self.max_attempts
+
+
+@dataclass(frozen=True)
+class JobHandle:
+    """What ``add_job`` returns: the new job's id and where and when it will run."""
+
+    id: int
+    kind: str
+    queue: str
+    scheduled_for: datetime
+    job_id: str | None = None
+
+
+class WorkerRegistry:
+    """The job types a client may enqueue and a worker may run, by kind."""
+
+    def __init__(self, *workers: type[Worker] | Worker) -> None:
+        self._by_kind: dict[str, type[Worker]] = {}
+        for worker in workers:
+            self.register(worker)
+
+    def register(self, worker: W | Worker) -> W:
+        """Register a job class (or an instance, meaning its class); usable as a decorator.
+
+        Raises :class:`DuplicateKind` if another class already uses the same kind.
+        """
+        cls: Any = worker if isinstance(worker, type) else type(worker)
+        if not (isinstance(cls, type) and issubclass(cls, Worker)):
+            raise TypeError(f"{cls!r} is not a pgqueue.Worker subclass")
+        if not (
+            dataclasses.is_dataclass(cls)
+            or callable(getattr(cls, "model_validate", None))
+            or hasattr(cls, "__struct_fields__")
+        ):
+            raise TypeError(
+                f"{cls.__qualname__} must be a @dataclass (or a pydantic model / msgspec Struct) "
+                "so that its fields can be stored as the job's arguments"
+            )
+        kind = validate_kind(cls.kind)
+        existing = self._by_kind.get(kind)
+        if existing is not None and existing is not cls:
+            raise DuplicateKind(
+                f"kind {kind!r} is already registered by {existing.__module__}."
+                f"{existing.__qualname__}: give {cls.__qualname__} another kind = '...'"
+            )
+        self._by_kind[kind] = cls
+        return cast(W, cls)
+
+    def get(self, kind: str) -> type[Worker]:
+        """Return the class registered for ``kind``, or raise :class:`UnknownJobKind`."""
+        try:
+            return self._by_kind[kind]
+        except KeyError:
+            known = ", ".join(sorted(self._by_kind)) or "none"
+            raise UnknownJobKind(
+                f"no job class is registered for kind {kind!r}: register it with "
+                f"registry.register(...) (known kinds: {known})"
+            ) from None
+
+    def build(self, kind: str, payload: Mapping[str, Any]) -> Worker:
+        """Return a fresh instance of ``kind``'s class built from ``payload``."""
+        instance: Worker = self.get(kind).from_payload(payload)
+        return instance
+
+    def kinds(self) -> list[str]:
+        """Return the registered kinds, sorted."""
+        return sorted(self._by_kind)
+
+    def __contains__(self, kind: object) -> bool:
+        return kind in self._by_kind
+
+    def __iter__(self) -> Iterator[type[Worker]]:
+        return iter(self._by_kind.values())
+
+    def __len__(self) -> int:
+        return len(self._by_kind)

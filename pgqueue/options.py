@@ -1,0 +1,128 @@
+"""Per-job options and the rules for merging them."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from .errors import InvalidJobOptions
+from .names import validate_queue
+
+__all__ = ["DEFAULT_MAX_ATTEMPTS", "DEFAULT_QUEUE", "JobOptions", "ResolvedOptions"]
+
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_ATTEMPTS = 25
+# priority is stored as smallint; higher runs first.
+MIN_PRIORITY, MAX_PRIORITY = -32768, 32767
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """How and when a job runs. ``None`` means "not set here": a lower layer decides.
+
+    Layers, strongest first: keyword arguments of ``add_job``, a ``JobOptions`` passed to it,
+    the job class's ``job_options``, the client's defaults, then pgqueue's built-in defaults.
+    A partial ``JobOptions`` therefore never blanks out what it does not mention.
+
+    - ``queue``: the queue the job goes to (default ``"default"``).
+    - ``priority``: higher runs first among due jobs of a queue (default 0, range of a smallint).
+    - ``run_at``: an aware datetime when the job becomes due; ``run_in``: a delay from *now on
+      the database clock*. At most one of the two.
+    - ``max_attempts``: how many times the job may run before it is marked failed (default 25).
+    - ``job_id``: a caller-chosen unique id for the job.
+    - ``unique``: refuse identical jobs (same queue, kind and arguments) for this long.
+    - ``timeout``: how long one attempt may run.
+    """
+
+    queue: str | None = None
+    priority: int | None = None
+    run_at: datetime | None = None
+    run_in: timedelta | None = None
+    max_attempts: int | None = None
+    job_id: str | None = None
+    unique: timedelta | None = None
+    timeout: timedelta | None = None
+
+    def merged_with(self, override: JobOptions | None) -> JobOptions:
+        """Return these options with every field that ``override`` sets replaced by its value."""
+        if override is None:
+            return self
+        changes = {
+            f.name: getattr(override, f.name)
+            for f in dataclasses.fields(override)
+            if getattr(override, f.name) is not None
+        }
+        # run_at and run_in are one choice: setting either in the override replaces both.
+        if "run_at" in changes or "run_in" in changes:
+            changes.setdefault("run_at", None)
+            changes.setdefault("run_in", None)
+        return dataclasses.replace(self, **changes) if changes else self
+
+    def resolve(self) -> ResolvedOptions:
+        """Fill the gaps with built-in defaults and check every value."""
+        queue = validate_queue(DEFAULT_QUEUE if self.queue is None else self.queue)
+        priority = 0 if self.priority is None else self.priority
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise InvalidJobOptions(f"priority must be an int, got {priority!r}")
+        if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+            raise InvalidJobOptions(
+                f"priority {priority} is out of range: use {MIN_PRIORITY}..{MAX_PRIORITY}"
+            )
+        max_attempts = DEFAULT_MAX_ATTEMPTS if self.max_attempts is None else self.max_attempts
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise InvalidJobOptions(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+        if self.run_at is not None and self.run_in is not None:
+            raise InvalidJobOptions("pass either run_at or run_in, not both")
+        if self.run_at is not None:
+            if not isinstance(self.run_at, datetime):
+                raise InvalidJobOptions(f"run_at must be a datetime, got {self.run_at!r}")
+            if self.run_at.tzinfo is None or self.run_at.utcoffset() is None:
+                raise InvalidJobOptions(
+                    "run_at must be timezone-aware, e.g. datetime.now(timezone.utc); "
+                    "a naive datetime is ambiguous (or use run_in for a delay)"
+                )
+        run_in = _seconds("run_in", self.run_in, allow_zero=True)
+        if run_in is not None and run_in < 0:
+            raise InvalidJobOptions("run_in must not be negative")
+        if self.job_id is not None and (not isinstance(self.job_id, str) or not self.job_id):
+            raise InvalidJobOptions(f"job_id must be a non-empty string, got {self.job_id!r}")
+        if self.job_id is not None and (len(self.job_id) > 255 or "\x00" in self.job_id):
+            raise InvalidJobOptions("job_id must be at most 255 characters, without NUL bytes")
+        return ResolvedOptions(
+            queue=queue,
+            priority=priority,
+            run_at=self.run_at,
+            run_in_seconds=run_in,
+            max_attempts=max_attempts,
+            job_id=self.job_id,
+            unique_seconds=_seconds("unique", self.unique, allow_zero=False),
+            timeout_seconds=_seconds("timeout", self.timeout, allow_zero=False),
+        )
+
+
+def _seconds(name: str, value: Any, *, allow_zero: bool) -> float | None:
+    if value is None:
+        return None
+    if not isinstance(value, timedelta):
+        raise InvalidJobOptions(f"{name} must be a datetime.timedelta, got {value!r}")
+    seconds = value.total_seconds()
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
+        raise InvalidJobOptions(f"{name} must be a positive duration, got {value!r}")
+    return seconds
+
+
+@dataclass(frozen=True)
+class ResolvedOptions:
+    """Options after merging and validation, in the form the SQL layer binds."""
+
+    queue: str
+    priority: int
+    run_at: datetime | None
+    run_in_seconds: float | None
+    max_attempts: int
+    job_id: str | None
+    unique_seconds: float | None
+    timeout_seconds: float | None

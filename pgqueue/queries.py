@@ -1,0 +1,152 @@
+"""Load the SQL shipped in ``pgqueue/sql/`` once, and render it for one installation.
+
+SQL lives in ``.sql`` files. ``queries.sql`` holds named statements (``-- name: job_insert``);
+``migrations/NNNN_title.sql`` hold one migration each. The only substitution ever made is
+``{{schema}}`` and ``{{<table or index>}}`` placeholders, replaced by identifiers that
+:class:`~pgqueue.settings.Settings` has validated, then quoted. User input only ever travels as
+bound parameters.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+from .settings import Settings
+
+__all__ = ["Migration", "Queries", "migrations_for", "migrations_script", "queries_for"]
+
+_PLACEHOLDER_RE = re.compile(r"\{\{([a-z_]+)\}\}")
+_NAME_RE = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_MIGRATION_FILE_RE = re.compile(r"(\d{4})_([a-z0-9_]+)\.sql\Z")
+
+
+def quote_ident(name: str) -> str:
+    """Quote ``name`` as a PostgreSQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def render(sql: str, settings: Settings) -> str:
+    """Replace identifier placeholders in ``sql`` for the installation described by ``settings``.
+
+    ``{{schema}}`` becomes the quoted schema; any other ``{{x}}`` becomes the quoted
+    ``prefix + x`` (a table, index or constraint name).
+    """
+
+    def sub(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return quote_ident(settings.schema if name == "schema" else settings.prefix + name)
+
+    return _PLACEHOLDER_RE.sub(sub, sql)
+
+
+@functools.cache
+def _read(relative: str) -> str:
+    return resources.files("pgqueue").joinpath("sql", relative).read_text(encoding="utf-8")
+
+
+@functools.cache
+def _raw_queries() -> dict[str, str]:
+    text = _read("queries.sql")
+    names = list(_NAME_RE.finditer(text))
+    out: dict[str, str] = {}
+    for i, match in enumerate(names):
+        end = names[i + 1].start() if i + 1 < len(names) else len(text)
+        body = "\n".join(
+            line for line in text[match.end() : end].strip().splitlines() if line.strip()
+        ).rstrip()
+        # Drop the trailing semicolon: some drivers refuse it in prepared statements.
+        out[match.group(1)] = body.removesuffix(";")
+    return out
+
+
+class Queries:
+    """The named statements of ``queries.sql``, rendered for one installation.
+
+    Access a statement as an attribute: ``queries.job_insert``.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._rendered = {name: render(sql, settings) for name, sql in _raw_queries().items()}
+
+    def __getattr__(self, name: str) -> str:
+        try:
+            return self._rendered[name]
+        except KeyError:
+            raise AttributeError(f"no query named {name!r} in queries.sql") from None
+
+    def names(self) -> list[str]:
+        """Return the names of all statements."""
+        return sorted(self._rendered)
+
+    def table(self, name: str) -> str:
+        """Return the quoted, schema-qualified name of one of pgqueue's tables."""
+        return f"{quote_ident(self.settings.schema)}.{quote_ident(self.settings.prefix + name)}"
+
+
+@functools.cache
+def queries_for(settings: Settings) -> Queries:
+    """Return the (cached) rendered queries for ``settings``."""
+    return Queries(settings)
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One schema version: its number, a short title and its rendered SQL."""
+
+    version: int
+    name: str
+    sql: str
+
+
+@functools.cache
+def _raw_migrations() -> tuple[tuple[int, str, str], ...]:
+    folder = resources.files("pgqueue").joinpath("sql", "migrations")
+    found = []
+    for entry in folder.iterdir():
+        match = _MIGRATION_FILE_RE.match(entry.name)
+        if match:
+            found.append((int(match.group(1)), match.group(2), entry.read_text(encoding="utf-8")))
+    found.sort()
+    versions = [v for v, _, _ in found]
+    if versions != list(range(1, len(versions) + 1)):
+        raise RuntimeError(f"pgqueue migrations must be numbered 1..n without gaps: {versions}")
+    return tuple(found)
+
+
+@functools.cache
+def migrations_for(settings: Settings) -> tuple[Migration, ...]:
+    """Return every migration, in order, rendered for ``settings``."""
+    return tuple(Migration(v, name, render(sql, settings)) for v, name, sql in _raw_migrations())
+
+
+def migrations_script(settings: Settings, *, from_version: int = 0) -> str:
+    """Return a SQL script that applies the migrations after ``from_version``.
+
+    The script is what ``migrate()`` does, for people who apply schema changes with Alembic,
+    Flyway or psql: one transaction, the same advisory lock, the same version bookkeeping, so
+    ``migrate()`` later sees those versions as applied.
+    """
+    q = queries_for(settings)
+    lock_key = settings.advisory_key("migrate")
+    parts = [
+        f"-- pgqueue schema for {quote_ident(settings.schema)}, prefix {settings.prefix!r}",
+        "BEGIN;",
+        f"SELECT pg_advisory_xact_lock({lock_key});",
+        f"CREATE SCHEMA IF NOT EXISTS {quote_ident(settings.schema)};",
+        q.migration_table_create + ";",
+    ]
+    for m in migrations_for(settings):
+        if m.version <= from_version:
+            continue
+        parts.append(f"-- migration {m.version}: {m.name}")
+        parts.append(m.sql.strip())
+        parts.append(
+            f"INSERT INTO {q.table('migrations')} (version, name) "
+            f"VALUES ({m.version}, '{m.name}') ON CONFLICT (version) DO NOTHING;"
+        )
+    parts.append("COMMIT;")
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,381 @@
+"""The psycopg 3 adapter, asyncio side: ``AsyncDriver`` on an ``AsyncConnectionPool`` or connection.
+
+``pgqueue_adapters/psycopg/_sync.py`` is generated from this file.
+"""
+
+from __future__ import annotations
+
+import inspect  # async-only
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection, AsyncRawCursor, sql
+from psycopg.rows import tuple_row
+from psycopg_pool import AsyncConnectionPool
+
+from pgqueue._async.compat import Lock
+from pgqueue.drivers import Notification, Params, Row
+from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError
+
+__all__ = [
+    "AsyncPsycopgAdvisoryLock",
+    "AsyncPsycopgDriver",
+    "AsyncPsycopgListener",
+    "async_connect",
+    "async_from_native",
+    "async_wrap_transaction",
+]
+
+# SQLSTATEs that mean the session is gone: admin_shutdown (pg_terminate_backend), crash_shutdown,
+# cannot_connect_now; class 08 is connection exceptions.
+_LOST_STATES = {"57P01", "57P02", "57P03"}
+# Where to go with an object of the other side (the sync twin gets the mirror text).
+_OTHER_SIDE = "Client takes sync ones"  # sync: _OTHER_SIDE = "AsyncClient takes async ones"
+
+
+def translate_error(exc: psycopg.Error) -> DatabaseError:
+    """Map a psycopg exception to pgqueue's driver-independent errors."""
+    state = exc.sqlstate
+    lost = isinstance(exc, psycopg.InterfaceError) or (
+        isinstance(exc, psycopg.OperationalError)
+        and (state is None or state.startswith("08") or state in _LOST_STATES)
+    )
+    message = str(exc).strip() or type(exc).__name__
+    if lost:
+        return ConnectionLost(f"lost the database connection: {message}", state)
+    constraint = exc.diag.constraint_name if state else None
+    return DatabaseError(message, state, constraint)
+
+
+async def _run(conn: AsyncConnection[Any], query: str, params: Params, fetch: bool) -> list[Row]:
+    try:
+        # A raw cursor takes PostgreSQL's own $n placeholders; tuple_row so that a caller's
+        # connection configured with dict_row still gives us tuples.
+        async with AsyncRawCursor(conn, row_factory=tuple_row) as cur:
+            await cur.execute(query, params)
+            if fetch and cur.description is not None:
+                return await cur.fetchall()
+            return []
+    except psycopg.Error as exc:
+        raise translate_error(exc) from exc
+
+
+async def _resolve(value: Any) -> Any:
+    """Return ``value``, or what it computes when it is a callable (sync or async)."""
+    if callable(value):
+        value = value()
+        if inspect.isawaitable(value):  # async-only
+            value = await value  # async-only
+    return value
+
+
+def _dedicated_conninfo(conninfo: str, password: str | None) -> str:
+    # conn.info.dsn omits the password; put it back so dedicated sessions can log in too.
+    if password and "password" not in psycopg.conninfo.conninfo_to_dict(conninfo):
+        return psycopg.conninfo.make_conninfo(conninfo, password=password)
+    return conninfo
+
+
+class AsyncPsycopgDriver:
+    """``AsyncDriver`` over psycopg 3: a pool, or one connection shared under a lock.
+
+    Statements outside ``with_tx`` commit on their own. Listeners and advisory locks always get
+    a dedicated connection opened with the same connection parameters. ``close()`` closes a
+    pool the driver opened itself (see :func:`async_connect`), never one it was handed.
+    """
+
+    def __init__(
+        self,
+        source: AsyncConnectionPool[Any] | AsyncConnection[Any],
+        *,
+        owns_source: bool = False,
+    ) -> None:
+        self._pool: AsyncConnectionPool[Any] | None = None
+        self._conn: AsyncConnection[Any] | None = None
+        self._conninfo: Any
+        self._connect_kwargs: Any
+        if isinstance(source, AsyncConnectionPool):
+            self._pool = source
+            # Kept as given: a pool may compute them per connection (callables, psycopg_pool 3.3).
+            self._conninfo = source.conninfo
+            self._connect_kwargs = source.kwargs
+        elif isinstance(source, AsyncConnection):
+            self._conn = source
+            self._conninfo = _dedicated_conninfo(source.info.dsn, source.info.password)
+            self._connect_kwargs = {}
+        else:
+            raise ConfigurationError(
+                "AsyncPsycopgDriver needs a psycopg AsyncConnectionPool or AsyncConnection, "
+                f"got {type(source).__name__}"
+            )
+        self._owns_source = owns_source
+        self._lock = Lock()
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[AsyncConnection[Any]]:
+        if self._pool is not None:
+            async with self._pool.connection() as conn:
+                yield conn
+        else:
+            assert self._conn is not None
+            async with self._lock:
+                yield self._conn
+
+    async def _statement(self, query: str, params: Params, fetch: bool) -> list[Row]:
+        async with self._connection() as conn:
+            if conn.autocommit:
+                return await _run(conn, query, params, fetch)
+            try:
+                async with conn.transaction():
+                    return await _run(conn, query, params, fetch)
+            except psycopg.Error as exc:
+                raise translate_error(exc) from exc
+
+    async def exec(self, sql: str, params: Params = ()) -> None:
+        """Run one statement in its own transaction."""
+        await self._statement(sql, params, False)
+
+    async def query(self, sql: str, params: Params = ()) -> list[Row]:
+        """Run one statement in its own transaction and return its rows."""
+        return await self._statement(sql, params, True)
+
+    @asynccontextmanager
+    async def with_tx(self) -> AsyncIterator[AsyncPsycopgTxDriver]:
+        """Run the block in a transaction on one connection; yields a driver bound to it."""
+        try:
+            async with self._connection() as conn, conn.transaction():
+                yield AsyncPsycopgTxDriver(conn, parent=self)
+        except psycopg.Error as exc:
+            raise translate_error(exc) from exc
+
+    async def _dedicated(self) -> AsyncConnection[Any]:
+        conninfo = await _resolve(self._conninfo)
+        kwargs = {**(await _resolve(self._connect_kwargs) or {}), "autocommit": True}
+        try:
+            return await AsyncConnection.connect(conninfo, **kwargs)
+        except psycopg.Error as exc:
+            raise translate_error(exc) from exc
+
+    async def listener(self, channel: str) -> AsyncPsycopgListener:
+        """Open a dedicated connection that LISTENs on ``channel``."""
+        conn = await self._dedicated()
+        try:
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        except psycopg.Error as exc:
+            await conn.close()
+            raise translate_error(exc) from exc
+        return AsyncPsycopgListener(conn, channel)
+
+    async def try_advisory_lock(self, key: int) -> AsyncPsycopgAdvisoryLock | None:
+        """Try to take advisory lock ``key`` on a new dedicated connection, without waiting."""
+        conn = await self._dedicated()
+        try:
+            rows = await _run(conn, "SELECT pg_try_advisory_lock($1)", (key,), True)
+        except BaseException:
+            await conn.close()
+            raise
+        if not rows[0][0]:
+            await conn.close()
+            return None
+        return AsyncPsycopgAdvisoryLock(conn, key)
+
+    async def copy_records(
+        self,
+        schema: str,
+        table: str,
+        columns: Sequence[str],
+        records: Iterable[Sequence[Any]],
+    ) -> int:
+        """Load ``records`` into ``schema.table`` with ``COPY FROM STDIN``, in one transaction."""
+        statement = sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
+            sql.Identifier(schema),
+            sql.Identifier(table),
+            sql.SQL(", ").join(sql.Identifier(c) for c in columns),
+        )
+        count = 0
+        try:
+            async with (
+                self._connection() as conn,
+                conn.transaction(),
+                conn.cursor() as cur,
+                cur.copy(statement) as copy,
+            ):
+                for record in records:
+                    await copy.write_row(record)
+                    count += 1
+        except psycopg.Error as exc:
+            raise translate_error(exc) from exc
+        return count
+
+    async def close(self) -> None:
+        """Close the pool if this driver opened it; otherwise leave the caller's objects open."""
+        if self._owns_source and self._pool is not None:
+            await self._pool.close()
+
+
+class AsyncPsycopgTxDriver:
+    """A driver bound to one connection inside an open transaction (ours or the caller's).
+
+    It never commits or rolls back; nested ``with_tx`` makes a savepoint.
+    """
+
+    def __init__(self, conn: AsyncConnection[Any], parent: AsyncPsycopgDriver | None) -> None:
+        self._conn = conn
+        self._parent = parent
+
+    async def exec(self, sql: str, params: Params = ()) -> None:
+        """Run one statement in the transaction."""
+        await _run(self._conn, sql, params, False)
+
+    async def query(self, sql: str, params: Params = ()) -> list[Row]:
+        """Run one statement in the transaction and return its rows."""
+        return await _run(self._conn, sql, params, True)
+
+    @asynccontextmanager
+    async def with_tx(self) -> AsyncIterator[AsyncPsycopgTxDriver]:
+        """Run the block in a savepoint of the current transaction."""
+        try:
+            async with self._conn.transaction():
+                yield self
+        except psycopg.Error as exc:
+            raise translate_error(exc) from exc
+
+    def _require_parent(self) -> AsyncPsycopgDriver:
+        if self._parent is None:
+            raise ConfigurationError(
+                "listeners and advisory locks need a driver built from a pool or a URL, not "
+                "from a caller's transaction"
+            )
+        return self._parent
+
+    async def listener(self, channel: str) -> AsyncPsycopgListener:
+        """Open a dedicated listening connection (through the parent driver)."""
+        return await self._require_parent().listener(channel)
+
+    async def try_advisory_lock(self, key: int) -> AsyncPsycopgAdvisoryLock | None:
+        """Try to take an advisory lock on a dedicated connection (through the parent driver)."""
+        return await self._require_parent().try_advisory_lock(key)
+
+    async def close(self) -> None:
+        """Do nothing: the connection belongs to whoever opened the transaction."""
+
+
+class AsyncPsycopgListener:
+    """A dedicated autocommit connection LISTENing on one channel."""
+
+    def __init__(self, conn: AsyncConnection[Any], channel: str) -> None:
+        self._conn = conn
+        self._channel = channel
+        self._pid = conn.info.backend_pid
+
+    @property
+    def channel(self) -> str:
+        """The channel listened to."""
+        return self._channel
+
+    @property
+    def backend_pid(self) -> int:
+        """The backend pid of the listening session."""
+        return self._pid
+
+    async def wait(self, timeout: float) -> list[Notification]:
+        """Return notifications arriving within ``timeout`` seconds (empty list on timeout)."""
+        out: list[Notification] = []
+        try:
+            async for n in self._conn.notifies(timeout=timeout, stop_after=1):
+                out.append(Notification(n.channel, n.payload, n.pid))
+        except psycopg.Error as exc:
+            raise translate_error(exc) from exc
+        if not out and self._conn.closed:
+            raise ConnectionLost("the listening connection is closed")
+        return out
+
+    async def close(self) -> None:
+        """Close the listening connection."""
+        await self._conn.close()
+
+
+class AsyncPsycopgAdvisoryLock:
+    """A session advisory lock held by a dedicated autocommit connection."""
+
+    def __init__(self, conn: AsyncConnection[Any], key: int) -> None:
+        self._conn = conn
+        self._key = key
+        self._pid = conn.info.backend_pid
+
+    @property
+    def key(self) -> int:
+        """The lock key."""
+        return self._key
+
+    @property
+    def backend_pid(self) -> int:
+        """The backend pid of the session holding the lock."""
+        return self._pid
+
+    async def is_held(self) -> bool:
+        """Return True if the session is alive and pg_locks shows it holding the lock."""
+        if self._conn.closed:
+            return False
+        # pg_locks splits a bigint key into classid (high 32 bits) and objid (low 32 bits).
+        try:
+            rows = await _run(
+                self._conn,
+                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' "
+                "AND pid = pg_backend_pid() AND granted AND objsubid = 1 "
+                "AND classid::bigint = $1 AND objid::bigint = $2)",
+                ((self._key >> 32) & 0xFFFFFFFF, self._key & 0xFFFFFFFF),
+                True,
+            )
+        except ConnectionLost:
+            return False
+        return bool(rows[0][0])
+
+    async def release(self) -> None:
+        """Unlock and close the session; closing alone would release it too."""
+        if self._conn.closed:
+            return
+        try:
+            await _run(self._conn, "SELECT pg_advisory_unlock($1)", (self._key,), True)
+        except DatabaseError:
+            pass  # the session is gone, and the lock with it
+        finally:
+            await self._conn.close()
+
+
+async def async_connect(url: str, *, min_size: int = 1, max_size: int = 10) -> AsyncPsycopgDriver:
+    """Open a pool on ``url`` and return a driver that owns it (closed by ``driver.close()``)."""
+    try:
+        # Connect once first: a wrong URL fails now with the server's message, instead of the
+        # pool retrying in the background until its timeout.
+        probe = await AsyncConnection.connect(url)
+        await probe.close()
+    except psycopg.Error as exc:
+        raise ConnectionLost(f"cannot connect to the database: {exc}".strip()) from exc
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        url, min_size=min_size, max_size=max_size, open=False, kwargs={"autocommit": True}
+    )
+    await pool.open(wait=True)
+    return AsyncPsycopgDriver(pool, owns_source=True)
+
+
+def async_from_native(obj: object) -> AsyncPsycopgDriver:
+    """Return a driver that uses a caller's ``AsyncConnectionPool`` or ``AsyncConnection``."""
+    if isinstance(obj, AsyncConnectionPool | AsyncConnection):
+        return AsyncPsycopgDriver(obj)
+    raise ConfigurationError(
+        f"cannot use a {type(obj).__module__}.{type(obj).__qualname__} here: pass a psycopg "
+        f"AsyncConnectionPool or AsyncConnection ({_OTHER_SIDE})"
+    )
+
+
+def async_wrap_transaction(obj: object) -> AsyncPsycopgTxDriver:
+    """Return a driver that runs statements in the caller's ``AsyncConnection`` transaction."""
+    if isinstance(obj, AsyncConnection):
+        return AsyncPsycopgTxDriver(obj, parent=None)
+    raise ConfigurationError(
+        f"cannot enqueue in a {type(obj).__module__}.{type(obj).__qualname__}: pass the "
+        f"psycopg AsyncConnection that holds your transaction ({_OTHER_SIDE})"
+    )

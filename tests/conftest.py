@@ -1,0 +1,78 @@
+"""Test fixtures shared by every suite: a throwaway database per run, a schema per test.
+
+Tests talk to a real PostgreSQL: ``$PGQUEUE_TEST_DSN`` (default
+``postgresql://postgres@127.0.0.1:5432/postgres``) must let us create databases. Each run creates
+its own database and drops it at the end; each test gets its own schema inside it.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+import pgqueue
+
+ADMIN_DSN = os.environ.get("PGQUEUE_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    name = f"pgqueue_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    params = conninfo_to_dict(ADMIN_DSN)
+    params["dbname"] = name
+    url = make_conninfo(**params)
+    try:
+        yield url
+    finally:
+        with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+class Db:
+    """An independent observer: its own autocommit connection, outside any code under test."""
+
+    def __init__(self, url: str) -> None:
+        self.conn = psycopg.connect(url, autocommit=True)
+
+    def rows(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with psycopg.RawCursor(self.conn) as cur:
+            cur.execute(query, params)
+            return cur.fetchall() if cur.description else []
+
+    def value(self, query: str, params: Sequence[Any] = ()) -> Any:
+        return self.rows(query, params)[0][0]
+
+
+@pytest.fixture(scope="session")
+def db(database_url: str) -> Iterator[Db]:
+    observer = Db(database_url)
+    yield observer
+    observer.conn.close()
+
+
+@pytest.fixture
+def schema(db: Db) -> Iterator[str]:
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    yield name
+    db.conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def settings(schema: str) -> pgqueue.Settings:
+    return pgqueue.Settings(schema=schema)
+
+
+@pytest.fixture
+def jobs_table(settings: pgqueue.Settings) -> str:
+    return f'"{settings.schema}"."{settings.prefix}jobs"'
