@@ -79,7 +79,14 @@ def encode_payload(job: Worker, settings: Settings) -> str:
             f"cannot store the arguments of {what}: a string contains a NUL character (\\x00), "
             "which PostgreSQL cannot store in JSON; strip it or encode the value (e.g. base64)"
         )
-    size = len(text.encode("utf-8"))
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise JobSerializationError(
+            f"cannot store the arguments of {what}: a string holds a lone surrogate "
+            f"({exc.object[exc.start : exc.end]!r}), which is not valid UTF-8; fix the text "
+            "(e.g. decode bytes with errors='replace') before enqueueing"
+        ) from exc
     if size > settings.max_payload_bytes:
         raise PayloadTooLarge(
             f"the arguments of {what} take {size} bytes as JSON, over the limit of "

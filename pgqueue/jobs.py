@@ -48,6 +48,9 @@ class Worker:
 
             def process(self, ctx: pgqueue.JobContext) -> None: ...
 
+    On a pydantic model, annotate both class settings as ``ClassVar`` (``kind: ClassVar[str] =
+    "send_email"``): pydantic refuses plain class attributes.
+
     ``job_options`` may hold per-type defaults (queue, priority, max_attempts, timeout...) that
     ``add_job`` arguments override. Each claimed job gets a fresh instance built from its
     stored arguments; instances are never shared between jobs or threads.
@@ -55,8 +58,6 @@ class Worker:
 
     kind: ClassVar[str]
     job_options: ClassVar[JobOptions | None] = None
-    # Tells pydantic that these are class settings, not model fields.
-    __class_vars__: ClassVar[set[str]] = {"kind", "job_options"}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from .errors import ConfigurationError
 from .names import check_identifier, validate_queue
 from .options import JobOptions
 
@@ -35,8 +36,11 @@ class Settings:
     def __post_init__(self) -> None:
         check_identifier("schema name", self.schema, 63)
         check_identifier("table prefix", self.prefix, _MAX_PREFIX_LENGTH)
-        if not isinstance(self.max_payload_bytes, int) or self.max_payload_bytes <= 0:
-            raise ValueError("max_payload_bytes must be a positive number of bytes")
+        size = self.max_payload_bytes
+        if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+            raise ConfigurationError(
+                f"max_payload_bytes must be a positive number of bytes, got {size!r}"
+            )
         # A blank default queue would send every job without an explicit queue nowhere.
         if self.job_defaults.queue is not None:
             validate_queue(self.job_defaults.queue)

@@ -1,0 +1,64 @@
+# pgqueue developer commands. `make help` lists them.
+# Everything runs from a virtualenv in $(VENV), created and filled on first use.
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+export PYTHONDONTWRITEBYTECODE := 1
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[all,dev]'
+	touch $(STAMP)
+
+.PHONY: install
+install: $(STAMP) ## Create the virtualenv and install pgqueue with every extra
+
+.PHONY: generate
+generate: $(STAMP) ## Regenerate the sync twin from the async sources
+	$(PY) tools/async_to_sync.py
+
+.PHONY: check-generated
+check-generated: $(STAMP) ## Fail if the generated sync code is out of date
+	$(PY) tools/async_to_sync.py --check
+
+.PHONY: lint
+lint: $(STAMP) ## Run ruff (lint and format check)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+.PHONY: format
+format: $(STAMP) ## Format the code with ruff, then regenerate
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+	$(PY) tools/async_to_sync.py
+
+.PHONY: typecheck
+typecheck: $(STAMP) ## Run mypy --strict on the package
+	$(VENV)/bin/mypy
+
+.PHONY: test
+test: $(STAMP) ## Run the test suite against PostgreSQL (see PGQUEUE_TEST_DSN in the README)
+	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+
+.PHONY: check
+check: check-generated lint typecheck test ## Everything CI runs
+
+.PHONY: sql
+sql: $(STAMP) ## Print the schema SQL (pgqueue sql)
+	$(PY) -m pgqueue sql
+
+.PHONY: docs
+docs: ## List the documentation
+	@ls docs/*.md
+
+.PHONY: clean
+clean: ## Remove the virtualenv and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

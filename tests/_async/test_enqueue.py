@@ -1,0 +1,343 @@
+"""Enqueueing: add_job, add_jobs, add_job_with_tx, options and bad input, on every driver mode."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from psycopg import AsyncConnection
+
+import pgqueue
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@dataclass
+class SendEmail(pgqueue.Worker):
+    to: str
+    subject: str = ""
+    tags: list[str] = field(default_factory=list)
+
+    def process(self, ctx: pgqueue.JobContext) -> None:
+        pass
+
+
+@dataclass
+class Resize(pgqueue.Worker):
+    kind = "images.resize"
+    job_options = pgqueue.JobOptions(queue="images", priority=5, max_attempts=3)
+    path: str
+    width: int = 100
+
+    async def process(self, ctx: pgqueue.JobContext) -> None:
+        pass
+
+
+@dataclass
+class Anything(pgqueue.Worker):
+    value: Any = None
+
+    def process(self, ctx: pgqueue.JobContext) -> None:
+        pass
+
+
+def job_row(db, jobs_table: str, job_id: int) -> dict[str, Any]:
+    cols = [
+        "kind",
+        "queue",
+        "payload",
+        "status",
+        "priority",
+        "attempts",
+        "max_attempts",
+        "key",
+        "options",
+        "scheduled_for - created_at",
+    ]
+    row = db.rows(f"SELECT {', '.join(cols)} FROM {jobs_table} WHERE id = $1", (job_id,))[0]
+    return dict(zip(cols, row, strict=True))
+
+
+async def test_add_job_stores_the_job(client: pgqueue.AsyncClient, db, jobs_table: str) -> None:
+    handle = await client.add_job(SendEmail(to="a@b.c", subject="Hi", tags=["x"]))
+    assert isinstance(handle, pgqueue.JobHandle)
+    assert (handle.kind, handle.queue) == ("send_email", "default")
+    row = job_row(db, jobs_table, handle.id)
+    assert row["payload"] == {"to": "a@b.c", "subject": "Hi", "tags": ["x"]}
+    assert (row["status"], row["priority"], row["attempts"], row["max_attempts"]) == (
+        "pending",
+        0,
+        0,
+        25,
+    )
+    assert row["scheduled_for - created_at"] == timedelta(0)
+    assert handle.scheduled_for == db.value(
+        f"SELECT scheduled_for FROM {jobs_table} WHERE id = $1", (handle.id,)
+    )
+
+
+async def test_options_layers_merge_without_blanking(
+    client: pgqueue.AsyncClient, db, jobs_table: str
+) -> None:
+    # class options apply
+    h = await client.add_job(Resize(path="/a.png"))
+    row = job_row(db, jobs_table, h.id)
+    assert (row["kind"], row["queue"], row["priority"], row["max_attempts"]) == (
+        "images.resize",
+        "images",
+        5,
+        3,
+    )
+    # a partial JobOptions overrides only what it sets: the class queue survives
+    h = await client.add_job(Resize(path="/b.png"), options=pgqueue.JobOptions(priority=9))
+    row = job_row(db, jobs_table, h.id)
+    assert (row["queue"], row["priority"], row["max_attempts"]) == ("images", 9, 3)
+    # keywords beat the options object
+    h = await client.add_job(
+        Resize(path="/c.png"),
+        options=pgqueue.JobOptions(queue="bulk", priority=1),
+        queue="urgent",
+    )
+    row = job_row(db, jobs_table, h.id)
+    assert (row["queue"], row["priority"]) == ("urgent", 1)
+
+
+async def test_client_defaults_apply_under_job_options(
+    driver: pgqueue.AsyncDriver, schema: str, db
+) -> None:
+    settings = pgqueue.Settings(
+        schema=schema, job_defaults=pgqueue.JobOptions(queue="mail", max_attempts=7)
+    )
+    client = pgqueue.AsyncClient(driver, settings=settings)
+    await client.migrate()
+    table = f'"{schema}"."pgqueue_jobs"'
+    h = await client.add_job(SendEmail(to="x"))
+    assert job_row(db, table, h.id)["queue"] == "mail"
+    assert job_row(db, table, h.id)["max_attempts"] == 7
+    h = await client.add_job(SendEmail(to="x"), options=pgqueue.JobOptions(priority=2))
+    assert job_row(db, table, h.id)["queue"] == "mail"
+    # the job class's options beat the client's defaults
+    h = await client.add_job(Resize(path="p"))
+    assert job_row(db, table, h.id)["queue"] == "images"
+
+
+async def test_run_in_uses_the_database_clock(
+    client: pgqueue.AsyncClient, db, jobs_table: str
+) -> None:
+    h = await client.add_job(SendEmail(to="x"), run_in=timedelta(minutes=5))
+    assert job_row(db, jobs_table, h.id)["scheduled_for - created_at"] == timedelta(minutes=5)
+
+
+async def test_run_at_is_stored_as_given(client: pgqueue.AsyncClient, db, jobs_table: str) -> None:
+    when = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
+    h = await client.add_job(SendEmail(to="x"), run_at=when)
+    assert h.scheduled_for == when
+    assert db.value(f"SELECT scheduled_for FROM {jobs_table} WHERE id = $1", (h.id,)) == when
+
+
+async def test_job_id_is_stored_and_conflicts(
+    client: pgqueue.AsyncClient, db, jobs_table: str
+) -> None:
+    h = await client.add_job(SendEmail(to="x"), job_id="order-42")
+    assert h.job_id == "order-42"
+    assert job_row(db, jobs_table, h.id)["key"] == "order-42"
+    with pytest.raises(pgqueue.JobIdConflict):
+        await client.add_job(SendEmail(to="y"), job_id="order-42")
+    assert db.value(f"SELECT count(*) FROM {jobs_table}") == 1
+
+
+async def test_timeout_is_kept_for_the_worker(
+    client: pgqueue.AsyncClient, db, jobs_table: str
+) -> None:
+    h = await client.add_job(SendEmail(to="x"), timeout=timedelta(seconds=30))
+    assert job_row(db, jobs_table, h.id)["options"] == {"timeout": 30.0}
+
+
+async def test_add_jobs_bulk_keeps_order_and_per_item_options(
+    client: pgqueue.AsyncClient, db, jobs_table: str
+) -> None:
+    handles = await client.add_jobs(
+        [
+            SendEmail(to="1"),
+            (SendEmail(to="2"), pgqueue.JobOptions(queue="other", priority=3)),
+            Resize(path="3"),
+            (SendEmail(to="4"), pgqueue.JobOptions(run_in=timedelta(hours=1))),
+        ],
+        options=pgqueue.JobOptions(priority=1),
+    )
+    assert [h.queue for h in handles] == ["default", "other", "images", "default"]
+    rows = db.rows(
+        f"SELECT id, payload->>'to', payload->>'path', queue, priority, "
+        f"scheduled_for - created_at FROM {jobs_table} ORDER BY id"
+    )
+    assert [r[0] for r in rows] == [h.id for h in handles]
+    assert [(r[1] or r[2], r[3], r[4]) for r in rows] == [
+        ("1", "default", 1),
+        ("2", "other", 3),
+        ("3", "images", 1),
+        ("4", "default", 1),
+    ]
+    assert rows[3][5] == timedelta(hours=1)
+
+
+async def test_add_jobs_empty(client: pgqueue.AsyncClient) -> None:
+    assert await client.add_jobs([]) == []
+
+
+@pytest.mark.slow
+async def test_add_jobs_100k_in_one_call(client: pgqueue.AsyncClient, db, jobs_table: str) -> None:
+    n = 100_000
+    handles = await client.add_jobs(SendEmail(to=str(i)) for i in range(n))
+    assert len(handles) == n
+    assert len({h.id for h in handles}) == n
+    assert db.value(f"SELECT count(*) FROM {jobs_table}") == n
+    # handles line up with rows: spot-check the first, a middle one and the last
+    for i in (0, n // 2, n - 1):
+        got = db.value(f"SELECT payload->>'to' FROM {jobs_table} WHERE id = $1", (handles[i].id,))
+        assert got == str(i)
+
+
+async def test_add_jobs_is_all_or_nothing(client: pgqueue.AsyncClient, db, jobs_table: str) -> None:
+    jobs: list[Any] = [SendEmail(to=str(i)) for i in range(10)]
+    jobs.append(Anything(value={1, 2}))  # not JSON: refused before anything is sent
+    with pytest.raises(pgqueue.JobSerializationError):
+        await client.add_jobs(jobs)
+    assert db.value(f"SELECT count(*) FROM {jobs_table}") == 0
+
+
+# -- in the caller's transaction --------------------------------------------------------------
+
+
+async def test_add_job_with_tx_commit_makes_it_visible(
+    client: pgqueue.AsyncClient, native_conn: AsyncConnection, db, jobs_table: str
+) -> None:
+    async with native_conn.transaction():
+        h = await client.add_job_with_tx(native_conn, SendEmail(to="tx"))
+        hs = await client.add_jobs_with_tx(native_conn, [SendEmail(to="b1"), SendEmail(to="b2")])
+        # invisible to everyone else until the caller commits
+        assert db.value(f"SELECT count(*) FROM {jobs_table}") == 0
+    assert db.value(f"SELECT count(*) FROM {jobs_table}") == 3
+    assert {h.id, *(x.id for x in hs)} == {r[0] for r in db.rows(f"SELECT id FROM {jobs_table}")}
+
+
+async def test_add_job_with_tx_rollback_leaves_nothing(
+    client: pgqueue.AsyncClient, native_conn: AsyncConnection, db, jobs_table: str
+) -> None:
+    with pytest.raises(RuntimeError):
+        async with native_conn.transaction():
+            await client.add_job_with_tx(native_conn, SendEmail(to="tx"))
+            await client.add_jobs_with_tx(native_conn, [SendEmail(to=str(i)) for i in range(3)])
+            raise RuntimeError("rolled back by the caller")
+    assert db.value(f"SELECT count(*) FROM {jobs_table}") == 0
+
+
+async def test_add_job_with_tx_never_commits_for_the_caller(
+    client: pgqueue.AsyncClient, native_conn: AsyncConnection, db, jobs_table: str
+) -> None:
+    # an implicit transaction (psycopg's default, autocommit off)
+    await native_conn.execute("SELECT 1")
+    await client.add_job_with_tx(native_conn, SendEmail(to="x"))
+    await client.add_jobs_with_tx(native_conn, [SendEmail(to="y"), SendEmail(to="z")])
+    assert native_conn.info.transaction_status.name == "INTRANS"
+    assert db.value(f"SELECT count(*) FROM {jobs_table}") == 0
+    await native_conn.rollback()
+    assert db.value(f"SELECT count(*) FROM {jobs_table}") == 0
+
+
+async def test_add_job_with_tx_refuses_foreign_objects(client: pgqueue.AsyncClient) -> None:
+    with pytest.raises(pgqueue.ConfigurationError, match="cannot enqueue"):
+        await client.add_job_with_tx(object(), SendEmail(to="x"))
+
+
+# -- bad input: a clear error, and nothing inserted --------------------------------------------
+
+
+BAD_JOBS: list[tuple[str, Any, dict[str, Any], type[Exception]]] = [
+    ("set", Anything(value={1}), {}, pgqueue.JobSerializationError),
+    ("datetime", Anything(value=datetime.now(UTC)), {}, pgqueue.JobSerializationError),
+    ("object", Anything(value=object()), {}, pgqueue.JobSerializationError),
+    ("nan", Anything(value=math.nan), {}, pgqueue.JobSerializationError),
+    ("inf", Anything(value=[1.0, math.inf]), {}, pgqueue.JobSerializationError),
+    ("nul", Anything(value="a\x00b"), {}, pgqueue.JobSerializationError),
+    ("nul-in-key", Anything(value={"k\x00": 1}), {}, pgqueue.JobSerializationError),
+    ("oversize", Anything(value="x" * 2_000_000), {}, pgqueue.PayloadTooLarge),
+    ("blank-queue", SendEmail(to="x"), {"queue": ""}, pgqueue.InvalidName),
+    ("bad-queue", SendEmail(to="x"), {"queue": "a b"}, pgqueue.InvalidName),
+    ("sql-queue", SendEmail(to="x"), {"queue": "x'; DROP TABLE t; --"}, pgqueue.InvalidName),
+    ("long-queue", SendEmail(to="x"), {"queue": "q" * 65}, pgqueue.InvalidName),
+    ("priority", SendEmail(to="x"), {"priority": 40_000}, pgqueue.InvalidJobOptions),
+    ("attempts", SendEmail(to="x"), {"max_attempts": 0}, pgqueue.InvalidJobOptions),
+    ("naive", SendEmail(to="x"), {"run_at": datetime(2030, 1, 1)}, pgqueue.InvalidJobOptions),
+    (
+        "both-times",
+        SendEmail(to="x"),
+        {"run_at": datetime.now(UTC), "run_in": timedelta(1)},
+        pgqueue.InvalidJobOptions,
+    ),
+    ("negative-delay", SendEmail(to="x"), {"run_in": timedelta(-1)}, pgqueue.InvalidJobOptions),
+    ("not-a-job", {"to": "x"}, {}, TypeError),
+]
+
+
+@pytest.mark.parametrize(
+    ("job", "kwargs", "error"), [b[1:] for b in BAD_JOBS], ids=[b[0] for b in BAD_JOBS]
+)
+async def test_bad_input_is_refused_and_nothing_inserted(
+    client: pgqueue.AsyncClient,
+    db,
+    jobs_table: str,
+    job: Any,
+    kwargs: dict[str, Any],
+    error: type[Exception],
+) -> None:
+    with pytest.raises(error) as info:
+        await client.add_job(job, **kwargs)
+    assert len(str(info.value)) > 20  # says what is wrong and what to do
+    with pytest.raises(error):
+        await client.add_jobs([SendEmail(to="fine"), (job, pgqueue.JobOptions(**kwargs))])
+    assert db.value(f"SELECT count(*) FROM {jobs_table}") == 0
+
+
+async def test_oversize_limit_is_configurable(driver: pgqueue.AsyncDriver, schema: str, db) -> None:
+    client = pgqueue.AsyncClient(
+        driver, settings=pgqueue.Settings(schema=schema, max_payload_bytes=64)
+    )
+    await client.migrate()
+    await client.add_job(Anything(value="x" * 10))
+    with pytest.raises(pgqueue.PayloadTooLarge, match="64"):
+        await client.add_job(Anything(value="x" * 100))
+    assert db.value(f'SELECT count(*) FROM "{schema}".pgqueue_jobs') == 1
+
+
+async def test_unknown_kind_is_refused_when_client_has_a_registry(
+    driver: pgqueue.AsyncDriver, settings: pgqueue.Settings, db, jobs_table: str
+) -> None:
+    registry = pgqueue.WorkerRegistry(SendEmail)
+    client = pgqueue.AsyncClient(driver, registry=registry, settings=settings)
+    await client.migrate()
+    with pytest.raises(pgqueue.UnknownJobKind, match=r"images\.resize"):
+        await client.add_job(Resize(path="x"))
+    with pytest.raises(pgqueue.UnknownJobKind):
+        await client.add_jobs([SendEmail(to="ok"), Resize(path="x")])
+    assert db.value(f"SELECT count(*) FROM {jobs_table}") == 0
+    await client.add_job(SendEmail(to="known"))
+    assert db.value(f"SELECT count(*) FROM {jobs_table}") == 1
+
+
+async def test_unicode_and_tricky_strings_round_trip(
+    client: pgqueue.AsyncClient, db, jobs_table: str
+) -> None:
+    value = {"s": "naïve ☃ \\u0000 '); DROP TABLE x; --", "n": [1, 2.5, None, True]}
+    h = await client.add_job(Anything(value=value))
+    assert db.value(f"SELECT payload->'value' FROM {jobs_table} WHERE id = $1", (h.id,)) == value
+
+
+async def test_enqueue_before_migrate_says_what_to_do(
+    driver: pgqueue.AsyncDriver, settings: pgqueue.Settings
+) -> None:
+    client = pgqueue.AsyncClient(driver, settings=settings)
+    with pytest.raises(pgqueue.SchemaNotMigrated, match="migrate"):
+        await client.add_job(SendEmail(to="x"))

@@ -1,0 +1,107 @@
+"""Schema and migrations on every driver mode."""
+
+from __future__ import annotations
+
+import pytest
+
+import pgqueue
+from pgqueue._async.compat import gather
+from pgqueue.queries import migrations_for
+from tests._async.test_enqueue import SendEmail
+
+pytestmark = pytest.mark.timeout(60)
+
+LATEST = len(migrations_for(pgqueue.Settings()))
+
+
+async def test_migrate_creates_tables_and_is_idempotent(
+    driver: pgqueue.AsyncDriver, settings: pgqueue.Settings, db
+) -> None:
+    client = pgqueue.AsyncClient(driver, settings=settings)
+    assert await client.schema_version() is None
+    assert await client.migrate() == list(range(1, LATEST + 1))
+    assert await client.schema_version() == LATEST
+    assert await client.migrate() == []
+    assert await client.schema_version() == LATEST
+    tables = {
+        r[0]
+        for r in db.rows(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = $1",
+            (settings.schema,),
+        )
+    }
+    assert tables == {
+        "pgqueue_jobs",
+        "pgqueue_unique_locks",
+        "pgqueue_instances",
+        "pgqueue_migrations",
+    }
+
+
+async def test_claim_index_is_partial_and_in_claim_order(
+    client: pgqueue.AsyncClient, settings: pgqueue.Settings, db
+) -> None:
+    indexdef = db.value(
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND indexname = $2",
+        (settings.schema, "pgqueue_jobs_claim_idx"),
+    )
+    assert "(queue, priority DESC, scheduled_for, id)" in indexdef
+    assert "WHERE (status = 'pending'::text)" in indexdef
+
+
+async def test_claim_uses_the_partial_index(
+    client: pgqueue.AsyncClient, settings: pgqueue.Settings, db
+) -> None:
+    table = f'"{settings.schema}".pgqueue_jobs'
+    # many finished rows, few pending ones: the planner must pick the partial index
+    db.rows(
+        f"INSERT INTO {table} (kind, queue, payload, status, finished_at) "
+        "SELECT 'k', 'default', '{}', 'completed', now() FROM generate_series(1, 20000)"
+    )
+    db.rows(f"INSERT INTO {table} (kind, queue, payload) SELECT 'k', 'default', '{{}}'")
+    db.rows(f"ANALYZE {table}")
+    plan = "\n".join(
+        r[0]
+        for r in db.rows(
+            f"EXPLAIN SELECT id FROM {table} WHERE status = 'pending' AND queue = 'default' "
+            "AND scheduled_for <= now() ORDER BY priority DESC, scheduled_for, id LIMIT 10"
+        )
+    )
+    assert "pgqueue_jobs_claim_idx" in plan
+
+
+async def test_custom_schema_and_prefix_are_isolated(
+    driver: pgqueue.AsyncDriver, schema: str, db
+) -> None:
+    a = pgqueue.AsyncClient(driver, settings=pgqueue.Settings(schema=schema, prefix="a_"))
+    b = pgqueue.AsyncClient(driver, settings=pgqueue.Settings(schema=schema, prefix="b_"))
+    await a.migrate()
+    await b.migrate()
+    await a.add_job(SendEmail(to="a"))
+    await b.add_jobs([SendEmail(to="b1"), SendEmail(to="b2")])
+    assert db.value(f'SELECT count(*) FROM "{schema}".a_jobs') == 1
+    assert db.value(f'SELECT count(*) FROM "{schema}".b_jobs') == 2
+    assert db.value(f'SELECT count(*) FROM "{schema}".a_migrations') == LATEST
+
+
+async def test_printed_sql_matches_migrate(driver: pgqueue.AsyncDriver, schema: str, db) -> None:
+    # apply the printed script by hand, as an Alembic/Flyway user would
+    settings = pgqueue.Settings(schema=schema)
+    db.conn.execute(pgqueue.migrations_script(settings))
+    client = pgqueue.AsyncClient(driver, settings=settings)
+    assert await client.schema_version() == LATEST
+    assert await client.migrate() == []  # migrate() sees the versions the script recorded
+    # and the script is safe to run twice
+    db.conn.execute(pgqueue.migrations_script(settings))
+    assert db.value(f'SELECT count(*) FROM "{schema}".pgqueue_migrations') == LATEST
+
+
+async def test_concurrent_migrations_apply_once(
+    driver: pgqueue.AsyncDriver, settings: pgqueue.Settings, db
+) -> None:
+    # in the async suite these run concurrently (in the sync one, one after the other; the
+    # cross-process race lives in tests/test_migrate_race.py)
+    clients = [pgqueue.AsyncClient(driver, settings=settings) for _ in range(4)]
+    results = await gather(*(c.migrate() for c in clients))
+    assert sorted(v for r in results for v in r) == list(range(1, LATEST + 1))
+    assert db.value(f'SELECT count(*) FROM "{settings.schema}".pgqueue_migrations') == LATEST
