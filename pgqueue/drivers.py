@@ -54,7 +54,9 @@ class _AdapterInfo:
 
 
 _ADAPTERS: dict[str, _AdapterInfo] = {
-    "psycopg": _AdapterInfo("pgqueue_adapters.psycopg", "psycopg", "psycopg", ("psycopg",)),
+    "psycopg": _AdapterInfo(
+        "pgqueue_adapters.psycopg", "psycopg", "psycopg", ("psycopg", "psycopg_pool")
+    ),
 }
 
 # URL schemes that name a driver, as SQLAlchemy spells them.
@@ -109,6 +111,8 @@ def adapter_for_native(obj: object) -> ModuleType:
         if any(module == p or module.startswith(p + ".") for p in info.native_prefixes):
             return load_adapter(name)
     raise ConfigurationError(
-        f"cannot enqueue on a {type(obj).__module__}.{type(obj).__qualname__}: pass a "
-        "connection or session of a supported driver (" + ", ".join(driver_names()) + ")"
+        f"cannot use a {type(obj).__module__}.{type(obj).__qualname__} as a database "
+        "connection: pass a connection, pool or session of a supported driver ("
+        + ", ".join(driver_names())
+        + ")"
     )

@@ -11,11 +11,12 @@ import os
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 
 import pgqueue
 
@@ -27,9 +28,12 @@ def database_url() -> Iterator[str]:
     name = f"pgqueue_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    params = conninfo_to_dict(ADMIN_DSN)
-    params["dbname"] = name
-    url = make_conninfo(**params)
+    # a URL (not key=value conninfo), so tests can also exercise postgresql+driver:// schemes
+    p = conninfo_to_dict(ADMIN_DSN)
+    auth = quote(str(p.get("user", "postgres")))
+    if p.get("password"):
+        auth += ":" + quote(str(p["password"]))
+    url = f"postgresql://{auth}@{p.get('host', '127.0.0.1')}:{p.get('port', 5432)}/{name}"
     try:
         yield url
     finally:

@@ -248,7 +248,7 @@ async def test_add_job_with_tx_never_commits_for_the_caller(
 
 
 async def test_add_job_with_tx_refuses_foreign_objects(client: pgqueue.AsyncClient) -> None:
-    with pytest.raises(pgqueue.ConfigurationError, match="cannot enqueue"):
+    with pytest.raises(pgqueue.ConfigurationError, match="cannot use"):
         await client.add_job_with_tx(object(), SendEmail(to="x"))
 
 

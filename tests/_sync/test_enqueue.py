@@ -240,7 +240,7 @@ def test_add_job_with_tx_never_commits_for_the_caller(
 
 
 def test_add_job_with_tx_refuses_foreign_objects(client: pgqueue.Client) -> None:
-    with pytest.raises(pgqueue.ConfigurationError, match="cannot enqueue"):
+    with pytest.raises(pgqueue.ConfigurationError, match="cannot use"):
         client.add_job_with_tx(object(), SendEmail(to="x"))
 
 
