@@ -10,13 +10,13 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from .errors import InvalidJobOptions, JobSerializationError, PayloadTooLarge, UnknownJobKind
 from .jobs import JobHandle, Worker, WorkerRegistry
 from .names import validate_kind
-from .options import JobOptions
+from .options import JobOptionKwargs, JobOptions
 from .settings import Settings
 
 __all__ = [
@@ -169,26 +169,6 @@ def handles_from_rows(
     ]
 
 
-def call_options(
-    options: JobOptions | None,
-    queue: str | None,
-    priority: int | None,
-    run_at: datetime | None,
-    run_in: timedelta | None,
-    max_attempts: int | None,
-    job_id: str | None,
-    unique: timedelta | None,
-    timeout: timedelta | None,
-) -> JobOptions:
+def call_options(options: JobOptions | None, keywords: JobOptionKwargs) -> JobOptions:
     """Combine ``add_job``'s ``options`` argument with its keyword options (keywords win)."""
-    keywords = JobOptions(
-        queue=queue,
-        priority=priority,
-        run_at=run_at,
-        run_in=run_in,
-        max_attempts=max_attempts,
-        job_id=job_id,
-        unique=unique,
-        timeout=timeout,
-    )
-    return (options or JobOptions()).merged_with(keywords)
+    return (options or JobOptions()).merged_with(JobOptions(**keywords))

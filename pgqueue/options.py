@@ -6,12 +6,18 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from .errors import InvalidJobOptions
 from .names import validate_queue
 
-__all__ = ["DEFAULT_MAX_ATTEMPTS", "DEFAULT_QUEUE", "JobOptions", "ResolvedOptions"]
+__all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_QUEUE",
+    "JobOptionKwargs",
+    "JobOptions",
+    "ResolvedOptions",
+]
 
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 25
@@ -101,6 +107,19 @@ class JobOptions:
             unique_seconds=_seconds("unique", self.unique, allow_zero=False),
             timeout_seconds=_seconds("timeout", self.timeout, allow_zero=False),
         )
+
+
+class JobOptionKwargs(TypedDict, total=False):
+    """The options ``add_job`` accepts as keywords; the fields of :class:`JobOptions`."""
+
+    queue: str | None
+    priority: int | None
+    run_at: datetime | None
+    run_in: timedelta | None
+    max_attempts: int | None
+    job_id: str | None
+    unique: timedelta | None
+    timeout: timedelta | None
 
 
 def _seconds(name: str, value: Any, *, allow_zero: bool) -> float | None:

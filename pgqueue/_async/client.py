@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
 from types import TracebackType
+
+from typing_extensions import Unpack
 
 from ..drivers import adapter_for_native, load_adapter, resolve_driver_name
 from ..enqueue import (
@@ -21,7 +22,7 @@ from ..enqueue import (
 )
 from ..errors import ConfigurationError, DatabaseError, JobIdConflict, SchemaNotMigrated
 from ..jobs import JobHandle, Worker, WorkerRegistry
-from ..options import JobOptions
+from ..options import JobOptionKwargs, JobOptions
 from ..queries import Queries, queries_for
 from ..settings import Settings
 from .driver import AsyncDriver
@@ -124,23 +125,14 @@ class AsyncClient:
         job: Worker,
         *,
         options: JobOptions | None = None,
-        queue: str | None = None,
-        priority: int | None = None,
-        run_at: datetime | None = None,
-        run_in: timedelta | None = None,
-        max_attempts: int | None = None,
-        job_id: str | None = None,
-        unique: timedelta | None = None,
-        timeout: timedelta | None = None,
+        **option_kwargs: Unpack[JobOptionKwargs],
     ) -> JobHandle:
         """Enqueue one job in its own transaction and return its handle.
 
         Keyword options override ``options``, which overrides the job class's ``job_options``
         and the client's defaults; see :class:`JobOptions` for each option.
         """
-        call = call_options(
-            options, queue, priority, run_at, run_in, max_attempts, job_id, unique, timeout
-        )
+        call = call_options(options, option_kwargs)
         return (await self._insert(self.driver, [self._prepare(job, call)]))[0]
 
     async def add_job_with_tx(
@@ -149,14 +141,7 @@ class AsyncClient:
         job: Worker,
         *,
         options: JobOptions | None = None,
-        queue: str | None = None,
-        priority: int | None = None,
-        run_at: datetime | None = None,
-        run_in: timedelta | None = None,
-        max_attempts: int | None = None,
-        job_id: str | None = None,
-        unique: timedelta | None = None,
-        timeout: timedelta | None = None,
+        **option_kwargs: Unpack[JobOptionKwargs],
     ) -> JobHandle:
         """Enqueue one job inside the caller's transaction ``tx``.
 
@@ -164,9 +149,7 @@ class AsyncClient:
         job is visible to workers only once the caller commits; a rollback leaves nothing.
         pgqueue never commits or rolls back ``tx``.
         """
-        call = call_options(
-            options, queue, priority, run_at, run_in, max_attempts, job_id, unique, timeout
-        )
+        call = call_options(options, option_kwargs)
         prepared = [self._prepare(job, call)]
         return (await self._insert(self._tx_driver(tx), prepared))[0]
 
