@@ -50,11 +50,23 @@ def _parser() -> argparse.ArgumentParser:
         help="database driver [$PGQUEUE_DRIVER, default: psycopg]",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sub.add_parser(
+    sql = sub.add_parser(
         "sql",
         parents=[common],
         help="print the SQL that creates pgqueue's schema, without connecting",
         description="Print the migrations as one SQL script (for Alembic, Flyway or psql).",
+    )
+    sql.add_argument(
+        "--from-version",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only the migrations after version N (default: all)",
+    )
+    sql.add_argument(
+        "--no-transaction",
+        action="store_true",
+        help="leave out BEGIN/COMMIT (for tools that wrap migrations in a transaction)",
     )
     sub.add_parser(
         "migrate",
@@ -71,7 +83,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = _settings(args)
         if args.command == "sql":
-            sys.stdout.write(migrations_script(settings))
+            script = migrations_script(
+                settings, from_version=args.from_version, transaction=not args.no_transaction
+            )
+            sys.stdout.write(script)
             return 0
         if args.command == "migrate":
             with Client.connect(args.dsn, driver=args.driver, settings=settings) as client:

@@ -48,14 +48,17 @@ class Notification:
 @dataclass(frozen=True)
 class _AdapterInfo:
     module: str
-    library: str  # the top-level module that must be importable
+    libraries: tuple[str, ...]  # top-level modules that must be importable
     extra: str  # the pip extra that installs it
     native_prefixes: tuple[str, ...]  # module prefixes of native objects it can wrap
 
 
 _ADAPTERS: dict[str, _AdapterInfo] = {
     "psycopg": _AdapterInfo(
-        "pgqueue_adapters.psycopg", "psycopg", "psycopg", ("psycopg", "psycopg_pool")
+        "pgqueue_adapters.psycopg",
+        ("psycopg", "psycopg_pool"),
+        "psycopg",
+        ("psycopg", "psycopg_pool"),
     ),
 }
 
@@ -71,8 +74,8 @@ def driver_names() -> list[str]:
 def resolve_driver_name(url: str | None, driver: str | None) -> tuple[str, str | None]:
     """Decide which driver to use and return ``(name, url)`` with any driver scheme removed.
 
-    Precedence: the explicit ``driver`` argument, then ``$PGQUEUE_DRIVER``, then a
-    ``postgresql+<driver>://`` URL scheme, then ``"psycopg"``.
+    Precedence: the explicit ``driver`` argument, then a ``postgresql+<driver>://`` URL scheme,
+    then ``$PGQUEUE_DRIVER``, then ``"psycopg"``.
     """
     scheme_driver = None
     if url is not None and "://" in url:
@@ -85,7 +88,7 @@ def resolve_driver_name(url: str | None, driver: str | None) -> tuple[str, str |
                     f"driver= one of {', '.join(driver_names())}"
                 )
             url = "postgresql://" + rest
-    name = driver or os.environ.get(DRIVER_ENV_VAR) or scheme_driver or "psycopg"
+    name = driver or scheme_driver or os.environ.get(DRIVER_ENV_VAR) or "psycopg"
     if name not in _ADAPTERS:
         raise ConfigurationError(f"unknown driver {name!r}: use one of {', '.join(driver_names())}")
     return name, url
@@ -94,13 +97,14 @@ def resolve_driver_name(url: str | None, driver: str | None) -> tuple[str, str |
 def load_adapter(name: str) -> ModuleType:
     """Import the adapter module for driver ``name``, with an install hint if it cannot be."""
     info = _ADAPTERS[name]
-    try:
-        importlib.import_module(info.library)
-    except ImportError as exc:
-        raise DriverNotInstalled(
-            f"the {name} driver needs the {info.library} package: "
-            f"pip install 'pgqueue[{info.extra}]'"
-        ) from exc
+    for library in info.libraries:
+        try:
+            importlib.import_module(library)
+        except ImportError as exc:
+            raise DriverNotInstalled(
+                f"the {name} driver needs the {library} package: "
+                f"pip install 'pgqueue[{info.extra}]'"
+            ) from exc
     return importlib.import_module(info.module)
 
 

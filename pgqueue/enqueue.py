@@ -160,9 +160,15 @@ def insert_many_params(jobs: Sequence[PreparedJob]) -> tuple[list[Any], ...]:
 def handles_from_rows(
     jobs: Sequence[PreparedJob], rows: Sequence[Sequence[Any]]
 ) -> list[JobHandle]:
-    """Pair inserted jobs with the ``(id, scheduled_for)`` rows their insert returned."""
+    """Pair inserted jobs with the ``(id, scheduled_for)`` rows their insert returned.
+
+    PostgreSQL does not promise that RETURNING follows the input order, but ids are drawn in
+    input order (the insert consumes its ORDER BY'd rows one by one), so sorting by id restores
+    it.
+    """
     if len(rows) != len(jobs):
         raise RuntimeError(f"inserted {len(rows)} rows for {len(jobs)} jobs")
+    rows = sorted(rows, key=lambda row: int(row[0]))
     return [
         JobHandle(id=row[0], kind=job.kind, queue=job.queue, scheduled_for=row[1], job_id=job.key)
         for job, row in zip(jobs, rows, strict=True)

@@ -83,7 +83,7 @@ class ConnectionLost(DatabaseError):
 
 
 class SchemaNotMigrated(DatabaseError):
-    """pgqueue's tables are missing or older than this version of pgqueue expects."""
+    """pgqueue's tables are missing: ``migrate()`` has not been run on this schema."""
 
 
 class MigrationError(DatabaseError):

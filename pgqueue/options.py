@@ -23,6 +23,9 @@ DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 25
 # priority is stored as smallint; higher runs first.
 MIN_PRIORITY, MAX_PRIORITY = -32768, 32767
+MAX_ATTEMPTS_LIMIT = 2**31 - 1  # an integer column
+# Far beyond any real schedule, well inside PostgreSQL's timestamp range.
+MAX_DELAY = timedelta(days=366 * 1000)
 
 
 @dataclass(frozen=True)
@@ -78,8 +81,14 @@ class JobOptions:
                 f"priority {priority} is out of range: use {MIN_PRIORITY}..{MAX_PRIORITY}"
             )
         max_attempts = DEFAULT_MAX_ATTEMPTS if self.max_attempts is None else self.max_attempts
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-            raise InvalidJobOptions(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+        if (
+            isinstance(max_attempts, bool)
+            or not isinstance(max_attempts, int)
+            or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
+        ):
+            raise InvalidJobOptions(
+                f"max_attempts must be an int from 1 to {MAX_ATTEMPTS_LIMIT}, got {max_attempts!r}"
+            )
         if self.run_at is not None and self.run_in is not None:
             raise InvalidJobOptions("pass either run_at or run_in, not both")
         if self.run_at is not None:
@@ -130,6 +139,8 @@ def _seconds(name: str, value: Any, *, allow_zero: bool) -> float | None:
     seconds = value.total_seconds()
     if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
         raise InvalidJobOptions(f"{name} must be a positive duration, got {value!r}")
+    if value > MAX_DELAY:
+        raise InvalidJobOptions(f"{name} must be at most {MAX_DELAY.days} days, got {value!r}")
     return seconds
 
 

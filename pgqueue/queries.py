@@ -123,18 +123,21 @@ def migrations_for(settings: Settings) -> tuple[Migration, ...]:
     return tuple(Migration(v, name, render(sql, settings)) for v, name, sql in _raw_migrations())
 
 
-def migrations_script(settings: Settings, *, from_version: int = 0) -> str:
+def migrations_script(
+    settings: Settings, *, from_version: int = 0, transaction: bool = True
+) -> str:
     """Return a SQL script that applies the migrations after ``from_version``.
 
     The script is what ``migrate()`` does, for people who apply schema changes with Alembic,
     Flyway or psql: one transaction, the same advisory lock, the same version bookkeeping, so
-    ``migrate()`` later sees those versions as applied.
+    ``migrate()`` later sees those versions as applied. With ``transaction=False`` the
+    ``BEGIN``/``COMMIT`` pair is left out, for tools that wrap each migration themselves.
     """
     q = queries_for(settings)
     lock_key = settings.advisory_key("migrate")
     parts = [
         f"-- pgqueue schema for {quote_ident(settings.schema)}, prefix {settings.prefix!r}",
-        "BEGIN;",
+        *(["BEGIN;"] if transaction else []),
         f"SELECT pg_advisory_xact_lock({lock_key});",
         f"CREATE SCHEMA IF NOT EXISTS {quote_ident(settings.schema)};",
         q.migration_table_create + ";",
@@ -148,5 +151,6 @@ def migrations_script(settings: Settings, *, from_version: int = 0) -> str:
             f"INSERT INTO {q.table('migrations')} (version, name) "
             f"VALUES ({m.version}, '{m.name}') ON CONFLICT (version) DO NOTHING;"
         )
-    parts.append("COMMIT;")
+    if transaction:
+        parts.append("COMMIT;")
     return "\n".join(parts) + "\n"

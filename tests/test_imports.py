@@ -190,10 +190,12 @@ def test_explicit_driver_beats_environment(no_driver_env: pytest.MonkeyPatch) ->
         resolve_driver_name("postgresql://x/y", "explicit")
 
 
-def test_environment_beats_url_scheme(no_driver_env: pytest.MonkeyPatch) -> None:
+def test_url_scheme_beats_environment(no_driver_env: pytest.MonkeyPatch) -> None:
+    # the URL names its driver explicitly; the environment is only a default
     no_driver_env.setenv(DRIVER_ENV_VAR, "from-env")
+    assert resolve_driver_name("postgresql+psycopg://x/y", None) == ("psycopg", "postgresql://x/y")
     with pytest.raises(pgqueue.ConfigurationError, match="'from-env'"):
-        resolve_driver_name("postgresql+psycopg://x/y", None)
+        resolve_driver_name("postgresql://x/y", None)
     no_driver_env.setenv(DRIVER_ENV_VAR, "psycopg")
     assert resolve_driver_name("postgresql://x/y", None) == ("psycopg", "postgresql://x/y")
 

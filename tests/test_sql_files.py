@@ -216,3 +216,16 @@ def test_cli_without_a_command_exits_with_usage(capsys: pytest.CaptureFixture[st
         main([])
     assert info.value.code == 2
     assert "usage: pgqueue" in capsys.readouterr().err
+
+
+def test_cli_sql_options(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sql", "--no-transaction"]) == 0
+    out = capsys.readouterr().out
+    assert "BEGIN;" not in out
+    assert "COMMIT;" not in out
+    assert "pg_advisory_xact_lock" in out
+    latest = len(migrations_for(pgqueue.Settings()))
+    assert main(["sql", "--from-version", str(latest)]) == 0
+    out = capsys.readouterr().out
+    assert "-- migration" not in out
+    assert "CREATE TABLE IF NOT EXISTS" in out  # only the bookkeeping table

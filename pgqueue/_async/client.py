@@ -1,7 +1,7 @@
-"""``AsyncClient``: enqueue jobs and manage the schema from asyncio code.
+"""``AsyncClient``: enqueue jobs and manage the schema.
 
-This module is the single source of truth for the client; ``pgqueue/_sync/client.py`` is
-generated from it by ``tools/async_to_sync.py``.
+This module (the asyncio client) is the single source of truth; ``pgqueue/_sync/client.py``
+(the sync client) is generated from it by ``tools/async_to_sync.py``.
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ class AsyncClient:
 
         ``target`` is a ``postgresql://`` URL (default: ``$PGQUEUE_DSN``, then
         ``$DATABASE_URL``), or an object of the driver library such as a psycopg
-        ``AsyncConnectionPool``, which the client uses but never closes. ``driver`` names the
+        ``AsyncConnectionPool`` (of the same sync or asyncio flavour as the client), which the
+        client uses but never closes. ``driver`` names the
         driver (default: ``$PGQUEUE_DRIVER``, then the URL scheme, then ``"psycopg"``).
         """
         if target is None or isinstance(target, str):
@@ -162,11 +163,7 @@ class AsyncClient:
         under its own options. Any number of jobs: they are sent in chunks of array parameters,
         so PostgreSQL's bind-parameter limit never applies.
         """
-        prepared = self._prepare_many(jobs, options)
-        if len(prepared) <= INSERT_CHUNK:
-            return await self._insert(self.driver, prepared)
-        async with self.driver.with_tx() as tx:
-            return await self._insert(tx, prepared)
+        return await self._insert(self.driver, self._prepare_many(jobs, options))
 
     async def add_jobs_with_tx(
         self, tx: object, jobs: Iterable[JobSpec], *, options: JobOptions | None = None
@@ -194,11 +191,16 @@ class AsyncClient:
         try:
             if len(jobs) == 1:
                 rows = await driver.query(q.job_insert, jobs[0].params())
+            elif len(jobs) <= INSERT_CHUNK:
+                rows = await driver.query(q.job_insert_many, insert_many_params(jobs))
             else:
+                # Several statements: one transaction (or savepoint, inside a caller's
+                # transaction) keeps the batch all-or-nothing.
                 rows = []
-                for start in range(0, len(jobs), INSERT_CHUNK):
-                    chunk = jobs[start : start + INSERT_CHUNK]
-                    rows.extend(await driver.query(q.job_insert_many, insert_many_params(chunk)))
+                async with driver.with_tx() as tx:
+                    for start in range(0, len(jobs), INSERT_CHUNK):
+                        chunk = jobs[start : start + INSERT_CHUNK]
+                        rows.extend(await tx.query(q.job_insert_many, insert_many_params(chunk)))
         except DatabaseError as exc:
             raise self._translate(exc) from exc
         return handles_from_rows(jobs, rows)

@@ -1,4 +1,7 @@
-"""The seam between pgqueue's core and a database library: the asyncio protocols.
+"""The seam between pgqueue's core and a database library: the driver protocols.
+
+This module defines the asyncio protocols; ``pgqueue/_sync/driver.py`` has the sync ones,
+generated from it.
 
 The core talks to PostgreSQL only through these methods. An adapter in ``pgqueue_adapters``
 implements them for one library; ``tests/_async/test_conformance.py`` is the contract every

@@ -1,4 +1,4 @@
-"""Applying and inspecting pgqueue's versioned migrations (asyncio side)."""
+"""Applying and inspecting pgqueue's versioned migrations (generated into ``_sync``)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,19 @@ async def schema_migrate(driver: AsyncDriver, settings: Settings) -> list[int]:
     Runs in one transaction behind a transaction-level advisory lock, so several processes may
     call it at once: the first applies, the others wait and then find nothing to do.
     """
+    try:
+        return await _migrate(driver, settings)
+    except MigrationError:
+        raise
+    except DatabaseError as exc:
+        raise MigrationError(
+            f"could not migrate pgqueue's schema {settings.schema!r}: {exc}. Check that the role "
+            "may create schemas and tables there",
+            exc.sqlstate,
+        ) from exc
+
+
+async def _migrate(driver: AsyncDriver, settings: Settings) -> list[int]:
     q = queries_for(settings)
     applied_now: list[int] = []
     async with driver.with_tx() as tx:

@@ -1,6 +1,6 @@
 -- Named queries used by the pgqueue core. Each starts with a "-- name: <name>" line.
 -- Parameters are PostgreSQL's native $1, $2, ...; every driver adapter accepts that form.
--- {{schema}} and {{name}} placeholders are replaced by validated, quoted identifiers.
+-- Double-brace placeholders are replaced by validated, quoted identifiers.
 
 -- name: migration_lock
 -- Serialises concurrent migrate() calls; released when the transaction ends.

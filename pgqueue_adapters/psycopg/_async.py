@@ -1,6 +1,7 @@
-"""The psycopg 3 adapter, asyncio side: ``AsyncDriver`` on an ``AsyncConnectionPool`` or connection.
+"""The psycopg 3 adapter: ``AsyncDriver`` on a psycopg ``AsyncConnectionPool`` or connection.
 
-``pgqueue_adapters/psycopg/_sync.py`` is generated from this file.
+This is the asyncio adapter; ``pgqueue_adapters/psycopg/_sync.py`` (the sync one) is generated
+from it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection, AsyncRawCursor, sql
+from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -123,8 +125,21 @@ class AsyncPsycopgDriver:
             async with self._lock:
                 yield self._conn
 
-    async def _statement(self, query: str, params: Params, fetch: bool) -> list[Row]:
+    @asynccontextmanager
+    async def _idle_connection(self) -> AsyncIterator[AsyncConnection[Any]]:
         async with self._connection() as conn:
+            # Work of ours must commit on its own; on a connection the caller left inside a
+            # transaction it would only become a savepoint of theirs.
+            if self._conn is not None and conn.info.transaction_status != TransactionStatus.IDLE:
+                raise ConfigurationError(
+                    "the connection given to pgqueue is inside a transaction "
+                    f"({conn.info.transaction_status.name}): give pgqueue an idle connection "
+                    "(or a pool), and use add_job_with_tx to enqueue inside your transaction"
+                )
+            yield conn
+
+    async def _statement(self, query: str, params: Params, fetch: bool) -> list[Row]:
+        async with self._idle_connection() as conn:
             if conn.autocommit:
                 return await _run(conn, query, params, fetch)
             try:
@@ -145,7 +160,7 @@ class AsyncPsycopgDriver:
     async def with_tx(self) -> AsyncIterator[AsyncPsycopgTxDriver]:
         """Run the block in a transaction on one connection; yields a driver bound to it."""
         try:
-            async with self._connection() as conn, conn.transaction():
+            async with self._idle_connection() as conn, conn.transaction():
                 yield AsyncPsycopgTxDriver(conn, parent=self)
         except psycopg.Error as exc:
             raise translate_error(exc) from exc
@@ -197,7 +212,7 @@ class AsyncPsycopgDriver:
         count = 0
         try:
             async with (
-                self._connection() as conn,
+                self._idle_connection() as conn,
                 conn.transaction(),
                 conn.cursor() as cur,
                 cur.copy(statement) as copy,
