@@ -1,10 +1,11 @@
 """pgqueue: a PostgreSQL-backed background job queue for sync and asyncio Python.
 
-Define job types by subclassing :class:`Worker`, enqueue them with :class:`Client` (sync) or
-:class:`AsyncClient` (asyncio), on psycopg 3 (and, in later releases, SQLAlchemy 2 or asyncpg).
+Define job types by subclassing :class:`Worker`, enqueue and run them with :class:`Client`
+(sync, threads) or :class:`AsyncClient` (asyncio), on psycopg 3 (and, in later releases,
+SQLAlchemy 2 or asyncpg).
 """
 
-from ._async.client import AsyncClient
+from ._async.client import AsyncClient, JobInfo
 from ._async.driver import AsyncAdvisoryLock, AsyncDriver, AsyncListener, AsyncSupportsCopy
 from ._sync.client import Client
 from ._sync.driver import AdvisoryLock, Driver, Listener, SupportsCopy
@@ -29,7 +30,9 @@ from .errors import (
 )
 from .jobs import CancelSignal, JobContext, JobHandle, Worker, WorkerRegistry
 from .options import JobOptions
+from .outcomes import Cancel, Discard, JobOutcome, Retry
 from .queries import migrations_script
+from .runtime_config import RuntimeConfig
 from .settings import Settings
 
 __version__ = "0.1.0.dev0"
@@ -41,11 +44,13 @@ __all__ = [
     "AsyncDriver",
     "AsyncListener",
     "AsyncSupportsCopy",
+    "Cancel",
     "CancelSignal",
     "Client",
     "ConfigurationError",
     "ConnectionLost",
     "DatabaseError",
+    "Discard",
     "Driver",
     "DriverNotInstalled",
     "DuplicateJob",
@@ -56,13 +61,17 @@ __all__ = [
     "JobContext",
     "JobHandle",
     "JobIdConflict",
+    "JobInfo",
     "JobOptions",
+    "JobOutcome",
     "JobSerializationError",
     "Listener",
     "MigrationError",
     "Notification",
     "PayloadTooLarge",
     "PgQueueError",
+    "Retry",
+    "RuntimeConfig",
     "SchemaNotMigrated",
     "Settings",
     "SupportsCopy",

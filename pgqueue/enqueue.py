@@ -133,8 +133,10 @@ def prepare(
     runtime: dict[str, Any] = {}
     if resolved.timeout_seconds is not None:
         runtime["timeout"] = resolved.timeout_seconds
-    if resolved.unique_seconds is not None:
-        runtime["unique"] = resolved.unique_seconds
+    if resolved.backoff_seconds is not None:
+        runtime["backoff"] = resolved.backoff_seconds
+    if resolved.backoff_max_seconds is not None:
+        runtime["backoff_max"] = resolved.backoff_max_seconds
     return PreparedJob(
         kind=kind,
         queue=resolved.queue,

@@ -44,6 +44,8 @@ class JobOptions:
     - ``job_id``: a caller-chosen unique id for the job.
     - ``unique``: refuse identical jobs (same queue, kind and arguments) for this long.
     - ``timeout``: how long one attempt may run.
+    - ``retry_backoff`` / ``retry_backoff_max``: the base and the cap of the exponential delay
+      between failed attempts (defaults from :class:`~pgqueue.RuntimeConfig`).
     """
 
     queue: str | None = None
@@ -54,6 +56,8 @@ class JobOptions:
     job_id: str | None = None
     unique: timedelta | None = None
     timeout: timedelta | None = None
+    retry_backoff: timedelta | None = None
+    retry_backoff_max: timedelta | None = None
 
     def merged_with(self, override: JobOptions | None) -> JobOptions:
         """Return these options with every field that ``override`` sets replaced by its value."""
@@ -115,6 +119,10 @@ class JobOptions:
             job_id=self.job_id,
             unique_seconds=_seconds("unique", self.unique, allow_zero=False),
             timeout_seconds=_seconds("timeout", self.timeout, allow_zero=False),
+            backoff_seconds=_seconds("retry_backoff", self.retry_backoff, allow_zero=True),
+            backoff_max_seconds=_seconds(
+                "retry_backoff_max", self.retry_backoff_max, allow_zero=False
+            ),
         )
 
 
@@ -129,6 +137,8 @@ class JobOptionKwargs(TypedDict, total=False):
     job_id: str | None
     unique: timedelta | None
     timeout: timedelta | None
+    retry_backoff: timedelta | None
+    retry_backoff_max: timedelta | None
 
 
 def _seconds(name: str, value: Any, *, allow_zero: bool) -> float | None:
@@ -156,3 +166,5 @@ class ResolvedOptions:
     job_id: str | None
     unique_seconds: float | None
     timeout_seconds: float | None
+    backoff_seconds: float | None = None
+    backoff_max_seconds: float | None = None

@@ -45,6 +45,12 @@ class Settings:
         if self.job_defaults.queue is not None:
             validate_queue(self.job_defaults.queue)
 
+    @property
+    def channel(self) -> str:
+        """The LISTEN/NOTIFY channel that wakes this installation's workers."""
+        # Channel names are identifiers: at most 63 bytes (all ASCII here).
+        return f"{self.prefix}jobs.{self.schema}"[:63]
+
     def advisory_key(self, purpose: str) -> int:
         """Return a stable signed 64-bit advisory-lock key for ``purpose`` in this installation.
 

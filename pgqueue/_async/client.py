@@ -6,9 +6,13 @@ This module (the asyncio client) is the single source of truth; ``pgqueue/_sync/
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from types import TracebackType
+from typing import Any
 
 from typing_extensions import Unpack
 
@@ -24,11 +28,13 @@ from ..errors import ConfigurationError, DatabaseError, JobIdConflict, SchemaNot
 from ..jobs import JobHandle, Worker, WorkerRegistry
 from ..options import JobOptionKwargs, JobOptions
 from ..queries import Queries, queries_for
+from ..runtime_config import RuntimeConfig
 from ..settings import Settings
 from .driver import AsyncDriver
+from .runtime import AsyncRuntime
 from .schema import schema_migrate, schema_version
 
-__all__ = ["AsyncClient"]
+__all__ = ["AsyncClient", "JobInfo"]
 
 # Rows per job_insert_many statement: large enough to amortise the round trip, small enough to
 # keep the arrays of one statement to a few MB.
@@ -38,12 +44,32 @@ JobSpec = Worker | tuple[Worker, JobOptions | None]
 """An item of ``add_jobs``: a job, or a job with options for that job alone."""
 
 
+@dataclass(frozen=True)
+class JobInfo:
+    """A job's row as :meth:`AsyncClient.get_job` reads it."""
+
+    id: int
+    kind: str
+    queue: str
+    payload: dict[str, Any]
+    status: str
+    priority: int
+    attempts: int
+    max_attempts: int
+    created_at: datetime
+    scheduled_for: datetime
+    finished_at: datetime | None
+    last_error: str | None
+    errors: list[dict[str, Any]]
+    job_id: str | None
+
+
 class AsyncClient:
-    """Enqueues jobs (and, with the runtime, runs workers) through an :class:`AsyncDriver`.
+    """Enqueues and runs jobs through an :class:`AsyncDriver`.
 
     Build one with :meth:`connect` from a URL or a driver-native pool/connection, or pass a
-    driver to the constructor. ``registry``, when given, restricts enqueueing to known kinds.
-    Use it as an async context manager, or call :meth:`close`.
+    driver to the constructor. ``registry``, when given, restricts enqueueing to known kinds
+    and is what :meth:`start` runs. Use it as an async context manager, or call :meth:`close`.
     """
 
     def __init__(
@@ -57,6 +83,7 @@ class AsyncClient:
         self.registry = registry
         self.settings = settings or Settings()
         self._queries: Queries = queries_for(self.settings)
+        self._runtime: AsyncRuntime | None = None
 
     @classmethod
     async def connect(
@@ -89,7 +116,11 @@ class AsyncClient:
         return cls(drv, registry=registry, settings=settings)
 
     async def close(self) -> None:
-        """Close what the client's driver opened; pools or connections handed in stay open."""
+        """Stop the workers if running, then close what the client's driver opened.
+
+        Pools or connections handed in stay open.
+        """
+        await self.stop()
         await self.driver.close()
 
     async def __aenter__(self) -> AsyncClient:
@@ -115,6 +146,108 @@ class AsyncClient:
     async def schema_version(self) -> int | None:
         """Return the installed schema version, or ``None`` when pgqueue is not installed."""
         return await schema_version(self.driver, self.settings)
+
+    # -- running workers --------------------------------------------------------------------
+
+    @property
+    def runtime(self) -> AsyncRuntime | None:
+        """The running worker runtime, if :meth:`start` was called."""
+        return self._runtime
+
+    async def start(
+        self,
+        queues: Mapping[str, int] | None = None,
+        *,
+        config: RuntimeConfig | None = None,
+    ) -> None:
+        """Start running jobs of the registry's kinds, in the background.
+
+        ``queues`` maps queue names to how many jobs of that queue may run at once (default
+        ``{"default": 10}``). Returns once the workers are started; :meth:`stop` ends them.
+        """
+        if self.registry is None:
+            raise ConfigurationError(
+                "this client has no registry: create it with registry=WorkerRegistry(...) to "
+                "tell it which job classes to run"
+            )
+        if self._runtime is not None:
+            raise ConfigurationError("the workers are already started: call stop() first")
+        runtime = AsyncRuntime(
+            self.driver,
+            self.registry,
+            self.settings,
+            queues or {"default": 10},
+            config or RuntimeConfig(),
+        )
+        await runtime.start()
+        self._runtime = runtime
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop the workers: no new claims, running jobs get ``timeout`` seconds to finish.
+
+        Jobs still running after that are cut off and go back to pending without losing an
+        attempt. Idempotent; does nothing when the workers are not running.
+        """
+        runtime = self._runtime
+        if runtime is None:
+            return
+        await runtime.stop(timeout)
+        self._runtime = None
+
+    async def run(
+        self,
+        queues: Mapping[str, int] | None = None,
+        *,
+        config: RuntimeConfig | None = None,
+    ) -> None:
+        """Start the workers and block until a stop is requested, then stop them."""
+        await self.start(queues, config=config)
+        runtime = self._runtime
+        assert runtime is not None
+        try:
+            while not await runtime.wait_stopping(0.5):
+                pass
+        finally:
+            await self.stop(0.0 if runtime._immediate else None)
+
+    # -- inspecting and cancelling ------------------------------------------------------------
+
+    async def cancel_job(self, job_id: int) -> str | None:
+        """Cancel a job: a pending one never runs; a running one has its context signalled.
+
+        Returns the status the job had (``"pending"`` or ``"processing"``), or ``None`` when
+        it was already finished or does not exist.
+        """
+        rows = await self.driver.query(self._queries.job_cancel, (job_id, self.settings.channel))
+        return str(rows[0][0]) if rows else None
+
+    async def get_job(self, job_id: int) -> JobInfo | None:
+        """Return a job's current state, or ``None`` if it does not exist (any more)."""
+        rows = await self.driver.query(self._queries.job_get, (job_id,))
+        if not rows:
+            return None
+        r = rows[0]
+        return JobInfo(
+            id=r[0],
+            kind=r[1],
+            queue=r[2],
+            payload=json.loads(r[3]),
+            status=r[4],
+            priority=r[5],
+            attempts=r[6],
+            max_attempts=r[7],
+            created_at=r[8],
+            scheduled_for=r[9],
+            finished_at=r[10],
+            last_error=r[11],
+            errors=json.loads(r[12]),
+            job_id=r[13],
+        )
+
+    async def job_counts(self) -> dict[str, int]:
+        """Return how many jobs there are in each status."""
+        rows = await self.driver.query(self._queries.job_status_counts)
+        return {str(status): int(count) for status, count in rows}
 
     # -- enqueue ----------------------------------------------------------------------------
 
@@ -188,11 +321,12 @@ class AsyncClient:
 
     async def _insert(self, driver: AsyncDriver, jobs: Sequence[PreparedJob]) -> list[JobHandle]:
         q = self._queries
+        channel = self.settings.channel
         try:
             if len(jobs) == 1:
-                rows = await driver.query(q.job_insert, jobs[0].params())
+                rows = await driver.query(q.job_insert, (*jobs[0].params(), channel))
             elif len(jobs) <= INSERT_CHUNK:
-                rows = await driver.query(q.job_insert_many, insert_many_params(jobs))
+                rows = await driver.query(q.job_insert_many, (*insert_many_params(jobs), channel))
             else:
                 # Several statements: one transaction (or savepoint, inside a caller's
                 # transaction) keeps the batch all-or-nothing.
@@ -200,7 +334,8 @@ class AsyncClient:
                 async with driver.with_tx() as tx:
                     for start in range(0, len(jobs), INSERT_CHUNK):
                         chunk = jobs[start : start + INSERT_CHUNK]
-                        rows.extend(await tx.query(q.job_insert_many, insert_many_params(chunk)))
+                        params = (*insert_many_params(chunk), channel)
+                        rows.extend(await tx.query(q.job_insert_many, params))
         except DatabaseError as exc:
             raise self._translate(exc) from exc
         return handles_from_rows(jobs, rows)

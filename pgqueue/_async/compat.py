@@ -7,10 +7,26 @@ same names to their threading equivalents, with the same call shapes.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+import inspect
+from collections.abc import Callable, Coroutine, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-__all__ = ["Event", "Lock", "Task", "gather", "join", "sleep", "spawn"]
+from ..execution import ProcessStopped, ProcessTimeout
+
+__all__ = [
+    "Event",
+    "JobPool",
+    "Lock",
+    "Task",
+    "call_process",
+    "gather",
+    "join",
+    "sleep",
+    "spawn",
+    "wait_all",
+    "wait_event",
+]
 
 Event = asyncio.Event
 Lock = asyncio.Lock
@@ -30,3 +46,69 @@ async def join(task: Task[Any], timeout: float | None = None) -> bool:
     """Wait up to ``timeout`` seconds for ``task`` to finish; return True if it did."""
     done, _ = await asyncio.wait({task}, timeout=timeout)
     return task in done
+
+
+async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
+    """Wait up to ``timeout`` seconds for ``event``; return whether it is set."""
+    if event.is_set():
+        return True
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    except TimeoutError:
+        pass
+    return event.is_set()
+
+
+async def wait_all(handles: Iterable[Any], timeout: float | None) -> None:
+    """Wait up to ``timeout`` seconds for every job handle from :meth:`JobPool.submit`."""
+    pending = set(handles)
+    if pending:
+        await asyncio.wait(pending, timeout=timeout)
+
+
+class JobPool:
+    """Where jobs run: tasks on the event loop; sync ``process`` calls in a thread pool."""
+
+    def __init__(self, size: int, name: str = "pgqueue-job") -> None:
+        self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix=name)
+
+    def submit(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> Task[Any]:
+        """Start running ``fn(*args)``; return a handle for :func:`wait_all`."""
+        return asyncio.create_task(fn(*args))
+
+    async def run_sync(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run blocking ``fn(*args)`` in the pool's threads."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def shutdown(self) -> None:
+        """Stop accepting work; threads still running a job are left to finish."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+async def call_process(
+    pool: JobPool,
+    fn: Callable[..., Any],
+    arg: Any,
+    timeout: float | None,
+    started: Callable[[Any], None],
+) -> None:
+    """Run a job's ``process`` (``fn(arg)``): a coroutine on the loop, a sync one in a thread.
+
+    ``started`` receives the inner future, which the runtime cancels to cut the job off.
+    Raises :class:`ProcessTimeout` after ``timeout`` seconds, :class:`ProcessStopped` when cut
+    off, or whatever ``process`` raised.
+    """
+    if inspect.iscoroutinefunction(fn):
+        inner: asyncio.Future[Any] = asyncio.ensure_future(fn(arg))
+    else:
+        inner = asyncio.ensure_future(pool.run_sync(fn, arg))
+    started(inner)
+    done, _ = await asyncio.wait({inner}, timeout=timeout)
+    if inner not in done:
+        # a thread cannot be interrupted: it is abandoned (its job's context is signalled)
+        inner.cancel()
+        raise ProcessTimeout
+    if inner.cancelled():
+        raise ProcessStopped
+    inner.result()

@@ -8,9 +8,13 @@ This module (the asyncio client) is the single source of truth; ``pgqueue/_sync/
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from types import TracebackType
+from typing import Any
 
 from typing_extensions import Unpack
 
@@ -26,11 +30,13 @@ from ..errors import ConfigurationError, DatabaseError, JobIdConflict, SchemaNot
 from ..jobs import JobHandle, Worker, WorkerRegistry
 from ..options import JobOptionKwargs, JobOptions
 from ..queries import Queries, queries_for
+from ..runtime_config import RuntimeConfig
 from ..settings import Settings
 from .driver import Driver
+from .runtime import Runtime
 from .schema import schema_migrate, schema_version
 
-__all__ = ["Client"]
+__all__ = ["Client", "JobInfo"]
 
 # Rows per job_insert_many statement: large enough to amortise the round trip, small enough to
 # keep the arrays of one statement to a few MB.
@@ -40,12 +46,32 @@ JobSpec = Worker | tuple[Worker, JobOptions | None]
 """An item of ``add_jobs``: a job, or a job with options for that job alone."""
 
 
+@dataclass(frozen=True)
+class JobInfo:
+    """A job's row as :meth:`Client.get_job` reads it."""
+
+    id: int
+    kind: str
+    queue: str
+    payload: dict[str, Any]
+    status: str
+    priority: int
+    attempts: int
+    max_attempts: int
+    created_at: datetime
+    scheduled_for: datetime
+    finished_at: datetime | None
+    last_error: str | None
+    errors: list[dict[str, Any]]
+    job_id: str | None
+
+
 class Client:
-    """Enqueues jobs (and, with the runtime, runs workers) through an :class:`Driver`.
+    """Enqueues and runs jobs through an :class:`Driver`.
 
     Build one with :meth:`connect` from a URL or a driver-native pool/connection, or pass a
-    driver to the constructor. ``registry``, when given, restricts enqueueing to known kinds.
-    Use it as an async context manager, or call :meth:`close`.
+    driver to the constructor. ``registry``, when given, restricts enqueueing to known kinds
+    and is what :meth:`start` runs. Use it as an async context manager, or call :meth:`close`.
     """
 
     def __init__(
@@ -59,6 +85,7 @@ class Client:
         self.registry = registry
         self.settings = settings or Settings()
         self._queries: Queries = queries_for(self.settings)
+        self._runtime: Runtime | None = None
 
     @classmethod
     def connect(
@@ -91,7 +118,11 @@ class Client:
         return cls(drv, registry=registry, settings=settings)
 
     def close(self) -> None:
-        """Close what the client's driver opened; pools or connections handed in stay open."""
+        """Stop the workers if running, then close what the client's driver opened.
+
+        Pools or connections handed in stay open.
+        """
+        self.stop()
         self.driver.close()
 
     def __enter__(self) -> Client:
@@ -117,6 +148,108 @@ class Client:
     def schema_version(self) -> int | None:
         """Return the installed schema version, or ``None`` when pgqueue is not installed."""
         return schema_version(self.driver, self.settings)
+
+    # -- running workers --------------------------------------------------------------------
+
+    @property
+    def runtime(self) -> Runtime | None:
+        """The running worker runtime, if :meth:`start` was called."""
+        return self._runtime
+
+    def start(
+        self,
+        queues: Mapping[str, int] | None = None,
+        *,
+        config: RuntimeConfig | None = None,
+    ) -> None:
+        """Start running jobs of the registry's kinds, in the background.
+
+        ``queues`` maps queue names to how many jobs of that queue may run at once (default
+        ``{"default": 10}``). Returns once the workers are started; :meth:`stop` ends them.
+        """
+        if self.registry is None:
+            raise ConfigurationError(
+                "this client has no registry: create it with registry=WorkerRegistry(...) to "
+                "tell it which job classes to run"
+            )
+        if self._runtime is not None:
+            raise ConfigurationError("the workers are already started: call stop() first")
+        runtime = Runtime(
+            self.driver,
+            self.registry,
+            self.settings,
+            queues or {"default": 10},
+            config or RuntimeConfig(),
+        )
+        runtime.start()
+        self._runtime = runtime
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop the workers: no new claims, running jobs get ``timeout`` seconds to finish.
+
+        Jobs still running after that are cut off and go back to pending without losing an
+        attempt. Idempotent; does nothing when the workers are not running.
+        """
+        runtime = self._runtime
+        if runtime is None:
+            return
+        runtime.stop(timeout)
+        self._runtime = None
+
+    def run(
+        self,
+        queues: Mapping[str, int] | None = None,
+        *,
+        config: RuntimeConfig | None = None,
+    ) -> None:
+        """Start the workers and block until a stop is requested, then stop them."""
+        self.start(queues, config=config)
+        runtime = self._runtime
+        assert runtime is not None
+        try:
+            while not runtime.wait_stopping(0.5):
+                pass
+        finally:
+            self.stop(0.0 if runtime._immediate else None)
+
+    # -- inspecting and cancelling ------------------------------------------------------------
+
+    def cancel_job(self, job_id: int) -> str | None:
+        """Cancel a job: a pending one never runs; a running one has its context signalled.
+
+        Returns the status the job had (``"pending"`` or ``"processing"``), or ``None`` when
+        it was already finished or does not exist.
+        """
+        rows = self.driver.query(self._queries.job_cancel, (job_id, self.settings.channel))
+        return str(rows[0][0]) if rows else None
+
+    def get_job(self, job_id: int) -> JobInfo | None:
+        """Return a job's current state, or ``None`` if it does not exist (any more)."""
+        rows = self.driver.query(self._queries.job_get, (job_id,))
+        if not rows:
+            return None
+        r = rows[0]
+        return JobInfo(
+            id=r[0],
+            kind=r[1],
+            queue=r[2],
+            payload=json.loads(r[3]),
+            status=r[4],
+            priority=r[5],
+            attempts=r[6],
+            max_attempts=r[7],
+            created_at=r[8],
+            scheduled_for=r[9],
+            finished_at=r[10],
+            last_error=r[11],
+            errors=json.loads(r[12]),
+            job_id=r[13],
+        )
+
+    def job_counts(self) -> dict[str, int]:
+        """Return how many jobs there are in each status."""
+        rows = self.driver.query(self._queries.job_status_counts)
+        return {str(status): int(count) for status, count in rows}
 
     # -- enqueue ----------------------------------------------------------------------------
 
@@ -190,11 +323,12 @@ class Client:
 
     def _insert(self, driver: Driver, jobs: Sequence[PreparedJob]) -> list[JobHandle]:
         q = self._queries
+        channel = self.settings.channel
         try:
             if len(jobs) == 1:
-                rows = driver.query(q.job_insert, jobs[0].params())
+                rows = driver.query(q.job_insert, (*jobs[0].params(), channel))
             elif len(jobs) <= INSERT_CHUNK:
-                rows = driver.query(q.job_insert_many, insert_many_params(jobs))
+                rows = driver.query(q.job_insert_many, (*insert_many_params(jobs), channel))
             else:
                 # Several statements: one transaction (or savepoint, inside a caller's
                 # transaction) keeps the batch all-or-nothing.
@@ -202,7 +336,8 @@ class Client:
                 with driver.with_tx() as tx:
                     for start in range(0, len(jobs), INSERT_CHUNK):
                         chunk = jobs[start : start + INSERT_CHUNK]
-                        rows.extend(tx.query(q.job_insert_many, insert_many_params(chunk)))
+                        params = (*insert_many_params(chunk), channel)
+                        rows.extend(tx.query(q.job_insert_many, params))
         except DatabaseError as exc:
             raise self._translate(exc) from exc
         return handles_from_rows(jobs, rows)

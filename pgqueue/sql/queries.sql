@@ -27,28 +27,214 @@ SELECT to_regclass($1) IS NOT NULL;
 SELECT max(version) FROM {{schema}}.{{migrations}};
 
 -- name: job_insert
-INSERT INTO {{schema}}.{{jobs}} (
-    kind, queue, payload, priority, max_attempts, scheduled_for, key, options
-) VALUES (
-    $1, $2, $3::jsonb, $4, $5,
-    coalesce($6::timestamptz, now() + coalesce($7::float8, 0) * interval '1 second'),
-    $8, $9::jsonb
+-- $10 is the wake-up channel. The notification is sent once per statement (and delivered only
+-- on commit), whatever the number of jobs; workers of that queue wake and claim.
+WITH ins AS (
+    INSERT INTO {{schema}}.{{jobs}} (
+        kind, queue, payload, priority, max_attempts, scheduled_for, key, options
+    ) VALUES (
+        $1, $2, $3::jsonb, $4, $5,
+        coalesce($6::timestamptz, now() + coalesce($7::float8, 0) * interval '1 second'),
+        $8, $9::jsonb
+    )
+    RETURNING id, scheduled_for, queue
 )
-RETURNING id, scheduled_for;
+SELECT ins.id, ins.scheduled_for, pg_notify($10, 'q:' || ins.queue)::text
+FROM ins;
 
 -- name: job_insert_many
 -- One statement for a whole chunk: each column travels as one array parameter, so the number of
--- bind parameters does not grow with the number of jobs.
-INSERT INTO {{schema}}.{{jobs}} (
-    kind, queue, payload, priority, max_attempts, scheduled_for, key, options
+-- bind parameters does not grow with the number of jobs. $10 is the wake-up channel: one
+-- notification per distinct queue, sent once for the statement.
+WITH ins AS (
+    INSERT INTO {{schema}}.{{jobs}} (
+        kind, queue, payload, priority, max_attempts, scheduled_for, key, options
+    )
+    SELECT
+        t.kind, t.queue, t.payload::jsonb, t.priority, t.max_attempts,
+        coalesce(t.run_at, now() + coalesce(t.run_in, 0) * interval '1 second'),
+        t.key, t.options::jsonb
+    FROM unnest(
+        $1::text[], $2::text[], $3::text[], $4::smallint[], $5::integer[],
+        $6::timestamptz[], $7::float8[], $8::text[], $9::text[]
+    ) WITH ORDINALITY AS t(kind, queue, payload, priority, max_attempts, run_at, run_in, key, options, ord)
+    ORDER BY t.ord
+    RETURNING id, scheduled_for, queue
+), woken AS (
+    SELECT count(pg_notify($10, 'q:' || q.queue)) AS n FROM (SELECT DISTINCT queue FROM ins) q
 )
-SELECT
-    t.kind, t.queue, t.payload::jsonb, t.priority, t.max_attempts,
-    coalesce(t.run_at, now() + coalesce(t.run_in, 0) * interval '1 second'),
-    t.key, t.options::jsonb
-FROM unnest(
-    $1::text[], $2::text[], $3::text[], $4::smallint[], $5::integer[],
-    $6::timestamptz[], $7::float8[], $8::text[], $9::text[]
-) WITH ORDINALITY AS t(kind, queue, payload, priority, max_attempts, run_at, run_in, key, options, ord)
-ORDER BY t.ord
-RETURNING id, scheduled_for;
+SELECT ins.id, ins.scheduled_for, woken.n FROM ins, woken;
+
+-- name: job_claim
+-- Claim up to $3 due jobs of queue $1 whose kind this process runs ($2), in claim order, and
+-- stamp them with this instance ($4), a lease token ($5) and the attempt they start.
+WITH next AS (
+    SELECT id FROM {{schema}}.{{jobs}}
+    WHERE status = 'pending' AND queue = $1 AND scheduled_for <= now() AND kind = ANY($2::text[])
+    ORDER BY priority DESC, scheduled_for, id
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {{schema}}.{{jobs}} AS j
+SET status = 'processing', attempts = j.attempts + 1, instance_id = $4, lease_token = $5,
+    worker_id = $6, locked_at = now()
+FROM next
+WHERE j.id = next.id
+RETURNING j.id, j.kind, j.queue, j.payload::text, j.attempts, j.max_attempts, j.scheduled_for,
+    j.options::text, j.priority;
+
+-- name: job_next_due
+-- Seconds until the next pending job of queue $1 (kinds $2) falls due, or NULL if none.
+SELECT extract(epoch FROM min(scheduled_for) - now())::float8
+FROM {{schema}}.{{jobs}}
+WHERE status = 'pending' AND queue = $1 AND kind = ANY($2::text[]);
+
+-- name: job_complete
+-- Every write after the claim names the job, the lease and the status, so an owner that lost
+-- the job (rescued, cancelled, released) cannot overwrite what happened since.
+UPDATE {{schema}}.{{jobs}}
+SET status = 'completed', finished_at = now(), lease_token = NULL
+WHERE id = $1 AND lease_token = $2 AND status = 'processing'
+RETURNING id;
+
+-- name: job_fail
+-- $3: the status to set ('pending' to retry after $4 seconds, 'failed' or 'cancelled' to stop);
+-- $5: the error message; $6: a JSON object for the bounded error history (last 10 kept).
+UPDATE {{schema}}.{{jobs}}
+SET status = $3,
+    scheduled_for = CASE WHEN $3 = 'pending'
+        THEN now() + $4::float8 * interval '1 second' ELSE scheduled_for END,
+    finished_at = CASE WHEN $3 = 'pending' THEN NULL ELSE now() END,
+    last_error = $5, last_error_at = now(), lease_token = NULL,
+    errors = (
+        SELECT coalesce(jsonb_agg(e.value ORDER BY e.ord), '[]'::jsonb)
+        FROM (
+            SELECT value, ord
+            FROM jsonb_array_elements(errors || jsonb_build_array($6::jsonb)) WITH ORDINALITY
+                AS h(value, ord)
+            ORDER BY ord DESC
+            LIMIT 10
+        ) e
+    )
+WHERE id = $1 AND lease_token = $2 AND status = 'processing'
+RETURNING id;
+
+-- name: job_snooze
+-- Retry(in_=...): run again after $3 seconds; the attempt is not counted.
+UPDATE {{schema}}.{{jobs}}
+SET status = 'pending', attempts = greatest(attempts - 1, 0), lease_token = NULL,
+    scheduled_for = now() + $3::float8 * interval '1 second'
+WHERE id = $1 AND lease_token = $2 AND status = 'processing'
+RETURNING id;
+
+-- name: job_release
+-- Shutdown cut the job off: back to pending at once, without charging the attempt.
+UPDATE {{schema}}.{{jobs}}
+SET status = 'pending', attempts = greatest(attempts - 1, 0), lease_token = NULL,
+    instance_id = NULL, worker_id = NULL, locked_at = NULL
+WHERE id = $1 AND lease_token = $2 AND status = 'processing'
+RETURNING id;
+
+-- name: job_cancel
+-- A pending job is cancelled at once; a running one gets cancel_requested_at and its worker is
+-- told through the wake-up channel ($2). Returns the status the job had.
+WITH target AS (
+    SELECT id, status FROM {{schema}}.{{jobs}}
+    WHERE id = $1 AND status IN ('pending', 'processing')
+    FOR UPDATE
+), changed AS (
+    UPDATE {{schema}}.{{jobs}} AS j
+    SET status = CASE WHEN t.status = 'pending' THEN 'cancelled' ELSE j.status END,
+        finished_at = CASE WHEN t.status = 'pending' THEN now() ELSE j.finished_at END,
+        last_error = CASE WHEN t.status = 'pending' THEN 'cancelled before it ran'
+            ELSE j.last_error END,
+        cancel_requested_at = now()
+    FROM target t
+    WHERE j.id = t.id
+    RETURNING j.id, t.status AS was
+)
+SELECT was, CASE WHEN was = 'processing' THEN pg_notify($2, 'c:' || id) END::text FROM changed;
+
+-- name: job_get
+SELECT id, kind, queue, payload::text, status, priority, attempts, max_attempts, created_at,
+    scheduled_for, finished_at, last_error, errors::text, key
+FROM {{schema}}.{{jobs}}
+WHERE id = $1;
+
+-- name: job_status_counts
+SELECT status, count(*) FROM {{schema}}.{{jobs}} GROUP BY status;
+
+-- name: instance_register
+INSERT INTO {{schema}}.{{instances}} (instance_id, hostname, pid, queues)
+VALUES ($1, $2, $3, $4::jsonb)
+ON CONFLICT (instance_id) DO UPDATE SET heartbeat_at = now(), queues = EXCLUDED.queues;
+
+-- name: instance_heartbeat
+-- Refresh our heartbeat (re-creating the row if a leader removed it while we were stalled) and
+-- return the ids of our running jobs that someone asked to cancel.
+WITH beat AS (
+    INSERT INTO {{schema}}.{{instances}} (instance_id, hostname, pid, queues)
+    VALUES ($1, $2, $3, $4::jsonb)
+    ON CONFLICT (instance_id) DO UPDATE SET heartbeat_at = now()
+    RETURNING instance_id
+)
+SELECT j.id FROM {{schema}}.{{jobs}} j
+WHERE j.instance_id = $1 AND j.status = 'processing' AND j.cancel_requested_at IS NOT NULL
+    AND EXISTS (SELECT 1 FROM beat);
+
+-- name: instance_unregister
+DELETE FROM {{schema}}.{{instances}} WHERE instance_id = $1;
+
+-- name: instance_set_leader
+UPDATE {{schema}}.{{instances}} SET is_leader = (instance_id = $1)
+WHERE is_leader OR instance_id = $1;
+
+-- name: instance_remove_stale
+-- Instances whose heartbeat is older than $1 seconds are presumed dead.
+DELETE FROM {{schema}}.{{instances}}
+WHERE heartbeat_at < now() - $1::float8 * interval '1 second'
+RETURNING instance_id;
+
+-- name: job_rescue
+-- Jobs held by instances that no longer exist go back to pending, or to failed when they have
+-- used their last attempt. Bounded by $1 rows per call.
+WITH stuck AS (
+    SELECT j.id FROM {{schema}}.{{jobs}} j
+    WHERE j.status = 'processing'
+        AND NOT EXISTS (
+            SELECT 1 FROM {{schema}}.{{instances}} i WHERE i.instance_id = j.instance_id
+        )
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {{schema}}.{{jobs}} AS j
+SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
+    finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+    scheduled_for = CASE WHEN j.attempts >= j.max_attempts THEN j.scheduled_for ELSE now() END,
+    lease_token = NULL,
+    last_error = 'the worker running this job stopped heartbeating (instance '
+        || coalesce(j.instance_id::text, '?') || '); rescued',
+    last_error_at = now()
+FROM stuck
+WHERE j.id = stuck.id
+RETURNING j.id, j.status;
+
+-- name: job_cleanup
+-- Remove up to $3 finished jobs: completed ones older than $1 seconds, failed or cancelled ones
+-- older than $2 seconds.
+DELETE FROM {{schema}}.{{jobs}}
+WHERE id IN (
+    SELECT id FROM {{schema}}.{{jobs}}
+    WHERE (status = 'completed' AND finished_at < now() - $1::float8 * interval '1 second')
+       OR (status IN ('failed', 'cancelled')
+           AND finished_at < now() - $2::float8 * interval '1 second')
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id;
+
+-- name: unique_lock_expire
+DELETE FROM {{schema}}.{{unique_locks}}
+WHERE unique_key IN (
+    SELECT unique_key FROM {{schema}}.{{unique_locks}} WHERE expires_at < now() LIMIT $1
+);

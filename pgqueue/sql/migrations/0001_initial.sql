@@ -43,6 +43,11 @@ CREATE INDEX IF NOT EXISTS {{jobs_claim_idx}}
     ON {{schema}}.{{jobs}} (queue, priority DESC, scheduled_for, id)
     WHERE status = 'pending';
 
+-- When the next scheduled job of a queue falls due (the worker's timer).
+CREATE INDEX IF NOT EXISTS {{jobs_due_idx}}
+    ON {{schema}}.{{jobs}} (queue, scheduled_for)
+    WHERE status = 'pending';
+
 -- Rescue looks up the jobs held by dead instances.
 CREATE INDEX IF NOT EXISTS {{jobs_processing_idx}}
     ON {{schema}}.{{jobs}} (instance_id)

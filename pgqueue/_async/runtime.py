@@ -1,0 +1,441 @@
+"""The worker runtime: claim, run, retry, heartbeat, lead, shut down.
+
+This is the asyncio runtime; ``pgqueue/_sync/runtime.py``, which runs on threads, is generated
+from it. One runtime per client, started by ``client.start()``. It runs:
+
+- one fetch loop per queue, claiming up to the queue's free slots in one statement;
+- one listener (a dedicated LISTEN session) that wakes the fetch loops and relays cancel
+  requests, reconnecting with backoff (and re-checking the queues) when its session dies;
+- a heartbeat loop that keeps this instance's row fresh and picks up missed cancel requests;
+- a leader loop: whoever holds the leader advisory lock rescues the jobs of dead instances,
+  removes finished jobs past retention and expires unique locks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import logging
+import os
+import random
+import socket
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigurationError, DatabaseError
+from ..execution import (
+    ClaimedJob,
+    Outcome,
+    ProcessTimeout,
+    outcome_for_bad_payload,
+    outcome_for_error,
+    parse_claimed,
+)
+from ..jobs import WorkerRegistry
+from ..names import validate_queue
+from ..queries import queries_for
+from ..runtime_config import RuntimeConfig
+from ..settings import Settings
+from .compat import Event, JobPool, call_process, join, spawn, wait_all, wait_event
+from .driver import AsyncAdvisoryLock, AsyncDriver
+
+__all__ = ["AsyncRuntime"]
+
+logger = logging.getLogger("pgqueue")
+
+# How long a listener wait may block, so the loop notices shutdown promptly.
+_LISTEN_WAIT = 0.5
+# After stop's timeout, how long cut-off jobs get to hand their job back.
+_STOP_GRACE = 2.0
+# Bound on maintenance rounds per leader tick, so one tick cannot run for ever.
+_MAX_MAINTENANCE_ROUNDS = 20
+
+
+@dataclass
+class _Running:
+    job: ClaimedJob
+    cancel: threading.Event = field(default_factory=threading.Event)
+    handle: Any = None  # from JobPool.submit
+    inner: Any = None  # the future running process(), when the side has one
+    is_coroutine: bool = False
+
+
+class AsyncRuntime:
+    """Runs the jobs of ``queues`` (name -> concurrency) for one client."""
+
+    def __init__(
+        self,
+        driver: AsyncDriver,
+        registry: WorkerRegistry,
+        settings: Settings,
+        queues: Mapping[str, int],
+        config: RuntimeConfig,
+    ) -> None:
+        if not queues:
+            raise ConfigurationError("start() needs at least one queue, e.g. {'default': 10}")
+        for name, concurrency in queues.items():
+            validate_queue(name)
+            if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+                raise ConfigurationError(
+                    f"concurrency of queue {name!r} must be an int >= 1, got {concurrency!r}"
+                )
+        if len(registry) == 0:
+            raise ConfigurationError("the registry is empty: register the job classes to run")
+        self.driver = driver
+        self.registry = registry
+        self.settings = settings
+        self.config = config
+        self.queues = dict(queues)
+        self.instance_id = uuid.uuid4()
+        self._q = queries_for(settings)
+        self._kinds = registry.kinds()
+        self._identity = (
+            self.instance_id,
+            socket.gethostname(),
+            os.getpid(),
+            json.dumps(self.queues),
+        )
+        self._stopping = Event()
+        self._stopped = Event()
+        self._immediate = False
+        self._stop_started = False
+        self._wake = {name: Event() for name in self.queues}
+        self._active: dict[str, set[int]] = {name: set() for name in self.queues}
+        self._running: dict[int, _Running] = {}
+        self._unwritten: list[tuple[ClaimedJob, Outcome]] = []
+        self._pool = JobPool(sum(self.queues.values()))
+        self._lock: AsyncAdvisoryLock | None = None
+        # tasks here, threads on the sync side
+        self._loops: list[Any] = []
+        self._fetchers: list[Any] = []
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        """True while this instance holds the leader lock."""
+        return self._lock is not None
+
+    @property
+    def running_jobs(self) -> int:
+        """How many jobs this instance is running now."""
+        return len(self._running)
+
+    async def start(self) -> None:
+        """Register this instance and start the loops."""
+        await self.driver.exec(self._q.instance_register, self._identity)
+        self._loops = [
+            spawn(self._listen_loop, name="pgqueue-listener"),
+            spawn(self._heartbeat_loop, name="pgqueue-heartbeat"),
+            spawn(self._leader_loop, name="pgqueue-leader"),
+        ]
+        self._fetchers = [
+            spawn(self._fetch_loop, name, concurrency, name=f"pgqueue-fetch-{name}")
+            for name, concurrency in self.queues.items()
+        ]
+        logger.info(
+            "pgqueue instance %s started: queues %s, kinds %s",
+            self.instance_id,
+            self.queues,
+            ", ".join(self._kinds),
+        )
+
+    def request_stop(self, immediate: bool = False) -> None:
+        """Ask the runtime to stop (safe from a signal handler); ``stop()`` does the work."""
+        self._immediate = self._immediate or immediate
+        self._stopping.set()
+        for wake in self._wake.values():
+            wake.set()
+
+    async def wait_stopping(self, timeout: float | None = None) -> bool:
+        """Wait until a stop is requested; return whether it was."""
+        return await wait_event(self._stopping, timeout)
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop claiming, let running jobs finish for ``timeout`` seconds, then cut them off.
+
+        Cut-off jobs go back to pending without losing an attempt. Idempotent: a second call
+        waits for the first to finish.
+        """
+        if self._stop_started:
+            await wait_event(self._stopped, None)
+            return
+        self._stop_started = True
+        try:
+            await self._shutdown(self.config.shutdown_timeout if timeout is None else timeout)
+        finally:
+            self._stopped.set()
+
+    async def _shutdown(self, timeout: float) -> None:
+        self.request_stop()
+        for fetcher in self._fetchers:
+            await join(fetcher, None)
+        # Let running jobs finish, in short steps so a second signal can cut the wait short.
+        remaining = timeout
+        while self._running and remaining > 0 and not self._immediate:
+            step = min(remaining, 0.1)
+            await wait_all([r.handle for r in list(self._running.values())], step)
+            remaining -= step
+        cut_off = list(self._running.values())
+        for running in cut_off:
+            self._signal_stop(running, "shutdown")
+        if cut_off:
+            logger.warning("stop: cutting off %d running job(s)", len(cut_off))
+            await wait_all([r.handle for r in cut_off], _STOP_GRACE)
+        # Jobs whose code does not return (a blocked thread) are handed back all the same;
+        # when they do return, their late write finds the lease gone and changes nothing.
+        for running in list(self._running.values()):
+            await self._write(running.job, Outcome("release"))
+        for loop in self._loops:
+            await join(loop, None)
+        await self._flush_unwritten()
+        await self._resign()
+        try:
+            await self.driver.exec(self._q.instance_unregister, (self.instance_id,))
+        except DatabaseError as exc:
+            logger.warning("stop: could not unregister instance %s: %s", self.instance_id, exc)
+        self._pool.shutdown()
+        logger.info("pgqueue instance %s stopped", self.instance_id)
+
+    # -- claiming -------------------------------------------------------------------------
+
+    async def _fetch_loop(self, queue: str, concurrency: int) -> None:
+        wake = self._wake[queue]
+        worker_id = f"{socket.gethostname()}:{os.getpid()}:{queue}"
+        error_delay = 0.1
+        while not self._stopping.is_set():
+            wake.clear()
+            wait = self.config.poll_interval
+            free = concurrency - len(self._active[queue])
+            if free > 0:
+                try:
+                    lease = uuid.uuid4()
+                    rows = await self.driver.query(
+                        self._q.job_claim,
+                        (queue, self._kinds, free, self.instance_id, lease, worker_id),
+                    )
+                    for row in rows:
+                        self._launch(parse_claimed(row, lease))
+                    if len(rows) < free:
+                        # The queue has nothing more due now: sleep until the next due job
+                        # (if it comes before the next poll) or until a notification.
+                        due = await self.driver.query(self._q.job_next_due, (queue, self._kinds))
+                        seconds = due[0][0] if due else None
+                        if seconds is not None and seconds > 0:
+                            wait = min(wait, seconds)
+                    error_delay = 0.1
+                except DatabaseError as exc:
+                    logger.warning("queue %s: claim failed (%s); retrying", queue, exc)
+                    wait = error_delay
+                    error_delay = min(error_delay * 2, self.config.listener_reconnect_max)
+            await wait_event(wake, wait)
+
+    def _launch(self, job: ClaimedJob) -> None:
+        running = _Running(job)
+        self._running[job.id] = running
+        self._active[job.queue].add(job.id)
+        running.handle = self._pool.submit(self._execute, running)
+
+    # -- running a job --------------------------------------------------------------------
+
+    async def _execute(self, running: _Running) -> None:
+        job = running.job
+        try:
+            try:
+                worker = self.registry.build(job.kind, json.loads(job.payload_text))
+            except Exception as exc:
+                outcome = outcome_for_bad_payload(job, exc)
+            else:
+                ctx = job.context(running.cancel)
+
+                def started(inner: Any) -> None:
+                    running.inner = inner
+
+                running.is_coroutine = _is_coroutine(worker.process)
+                try:
+                    await call_process(self._pool, worker.process, ctx, job.timeout, started)
+                    outcome = Outcome("complete")
+                except ProcessTimeout as exc:
+                    self._signal_stop(running, "timeout")
+                    outcome = outcome_for_error(job, exc, self.config)
+                except Exception as exc:
+                    outcome = outcome_for_error(job, exc, self.config)
+            _log_outcome(job, outcome)
+            await self._write(job, outcome)
+        finally:
+            self._running.pop(job.id, None)
+            self._active[job.queue].discard(job.id)
+            self._wake[job.queue].set()
+
+    def _signal_stop(self, running: _Running, reason: str) -> None:
+        """Tell a running job to stop: its context's flag, and for coroutines a cancellation."""
+        if running.job.stop_reason is None:
+            running.job.stop_reason = reason
+        running.cancel.set()
+        # A thread cannot be interrupted, so a sync job asked to cancel is only signalled;
+        # shutdown and timeouts abandon it (its result is ignored).
+        if running.inner is not None and (running.is_coroutine or reason != "cancel"):  # async-only
+            running.inner.cancel()  # async-only
+
+    async def _write(self, job: ClaimedJob, outcome: Outcome) -> None:
+        q = self._q
+        try:
+            if outcome.action == "complete":
+                rows = await self.driver.query(q.job_complete, (job.id, job.lease))
+            elif outcome.action == "snooze":
+                rows = await self.driver.query(q.job_snooze, (job.id, job.lease, outcome.delay))
+            elif outcome.action == "release":
+                rows = await self.driver.query(q.job_release, (job.id, job.lease))
+            else:
+                rows = await self.driver.query(
+                    q.job_fail,
+                    (
+                        job.id,
+                        job.lease,
+                        outcome.status,
+                        outcome.delay,
+                        outcome.message,
+                        outcome.error,
+                    ),
+                )
+        except DatabaseError as exc:
+            # Keep it and try again with the next heartbeat: the job stays ours meanwhile.
+            logger.warning(
+                "job %s: could not record %s (%s); will retry", job.id, outcome.action, exc
+            )
+            self._unwritten.append((job, outcome))
+            return
+        if not rows:
+            logger.info(
+                "job %s: no longer ours (rescued, cancelled or handed back meanwhile); its %s "
+                "was not recorded",
+                job.id,
+                outcome.action,
+            )
+
+    async def _flush_unwritten(self) -> None:
+        pending, self._unwritten = self._unwritten, []
+        for job, outcome in pending:
+            await self._write(job, outcome)
+
+    # -- wake-up --------------------------------------------------------------------------
+
+    async def _listen_loop(self) -> None:
+        delay = 0.1
+        while not self._stopping.is_set():
+            listener = None
+            try:
+                listener = await self.driver.listener(self.settings.channel)
+                delay = 0.1
+                # Notifications sent while we were not listening are lost: look for work.
+                for wake in self._wake.values():
+                    wake.set()
+                while not self._stopping.is_set():
+                    for note in await listener.wait(min(_LISTEN_WAIT, self.config.poll_interval)):
+                        self._on_notification(note.payload)
+            except DatabaseError as exc:
+                if not self._stopping.is_set():
+                    logger.warning("listener lost (%s); reconnecting in %.1fs", exc, delay)
+            finally:
+                if listener is not None:
+                    with contextlib.suppress(DatabaseError):
+                        await listener.close()
+            if await wait_event(self._stopping, delay * random.uniform(0.8, 1.2)):
+                break
+            delay = min(delay * 2, self.config.listener_reconnect_max)
+
+    def _on_notification(self, payload: str) -> None:
+        if payload.startswith("q:"):
+            wake = self._wake.get(payload[2:])
+            if wake is not None:
+                wake.set()
+        elif payload.startswith("c:") and payload[2:].isdigit():
+            running = self._running.get(int(payload[2:]))
+            if running is not None:
+                self._signal_stop(running, "cancel")
+
+    # -- heartbeat and leadership ---------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        while not await wait_event(self._stopping, self.config.heartbeat_interval):
+            try:
+                rows = await self.driver.query(self._q.instance_heartbeat, self._identity)
+                for (job_id,) in rows:
+                    running = self._running.get(job_id)
+                    if running is not None:
+                        self._signal_stop(running, "cancel")
+                await self._flush_unwritten()
+            except DatabaseError as exc:
+                logger.warning("heartbeat failed: %s", exc)
+
+    async def _leader_loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                await self._lead_once()
+            except DatabaseError as exc:
+                logger.warning("leader duties failed: %s", exc)
+                await self._resign()
+            if await wait_event(self._stopping, self.config.leader_interval):
+                break
+
+    async def _lead_once(self) -> None:
+        if self._lock is None:
+            self._lock = await self.driver.try_advisory_lock(self.settings.advisory_key("leader"))
+            if self._lock is None:
+                return
+            logger.info("instance %s is now the leader", self.instance_id)
+            await self.driver.exec(self._q.instance_set_leader, (self.instance_id,))
+        elif not await self._lock.is_held():
+            logger.warning("instance %s lost the leader lock", self.instance_id)
+            await self._resign()
+            return
+        await self.maintain()
+
+    async def maintain(self) -> None:
+        """Run the leader's duties once: rescue, retention cleanup, unique-lock expiry."""
+        q, config = self._q, self.config
+        stale = await self.driver.query(q.instance_remove_stale, (config.rescue_after,))
+        if stale:
+            logger.warning("instances presumed dead: %s", ", ".join(str(r[0]) for r in stale))
+        for _ in range(_MAX_MAINTENANCE_ROUNDS):
+            rescued = await self.driver.query(q.job_rescue, (config.cleanup_batch,))
+            if rescued:
+                logger.warning("rescued %d job(s) of dead instances", len(rescued))
+            if len(rescued) < config.cleanup_batch:
+                break
+        for _ in range(_MAX_MAINTENANCE_ROUNDS):
+            removed = await self.driver.query(
+                q.job_cleanup,
+                (config.completed_retention, config.failed_retention, config.cleanup_batch),
+            )
+            if len(removed) < config.cleanup_batch:
+                break
+        await self.driver.exec(q.unique_lock_expire, (config.cleanup_batch,))
+
+    async def _resign(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            await lock.release()
+
+
+def _is_coroutine(fn: Any) -> bool:
+    return inspect.iscoroutinefunction(fn)
+
+
+def _log_outcome(job: ClaimedJob, outcome: Outcome) -> None:
+    if outcome.action in ("retry", "fail"):
+        logger.warning(
+            "job %s (%s) attempt %d/%d failed: %s%s",
+            job.id,
+            job.kind,
+            job.attempt,
+            job.max_attempts,
+            outcome.message,
+            f"; retrying in {outcome.delay:.1f}s" if outcome.action == "retry" else "; giving up",
+        )
+    elif outcome.action == "cancel":
+        logger.info("job %s (%s) cancelled: %s", job.id, job.kind, outcome.message)

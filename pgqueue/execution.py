@@ -1,0 +1,186 @@
+"""What the runtime decides about a job, shared by the sync and asyncio runtimes.
+
+The runtime modules do the I/O; this module holds the pure parts: reading a claimed row,
+building the context, the retry delay, and turning how ``process`` ended into an outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from .jobs import CancelSignal, JobContext
+from .outcomes import Cancel, Discard, Retry
+from .runtime_config import RuntimeConfig
+
+__all__ = [
+    "ClaimedJob",
+    "Outcome",
+    "ProcessStopped",
+    "ProcessTimeout",
+    "backoff_delay",
+    "outcome_for_bad_payload",
+    "outcome_for_error",
+    "parse_claimed",
+]
+
+logger = logging.getLogger("pgqueue")
+
+# Tracebacks beyond this are cut from the stored history (the message is kept whole).
+_MAX_TRACEBACK_CHARS = 8000
+_MAX_MESSAGE_CHARS = 2000
+
+
+@dataclass
+class ClaimedJob:
+    """A job this process claimed, as read back from ``job_claim``."""
+
+    id: int
+    kind: str
+    queue: str
+    payload_text: str
+    attempt: int
+    max_attempts: int
+    scheduled_for: datetime
+    options: dict[str, Any]
+    priority: int
+    lease: Any
+    # why the runtime asked the job to stop, if it did: "cancel", "timeout" or "shutdown"
+    stop_reason: str | None = field(default=None)
+
+    @property
+    def timeout(self) -> float | None:
+        """The per-attempt timeout in seconds, if the job has one."""
+        value = self.options.get("timeout")
+        return float(value) if value is not None else None
+
+    def context(self, cancelled: CancelSignal) -> JobContext:
+        """Build the :class:`JobContext` handed to ``process``."""
+        bound = logging.LoggerAdapter(
+            logging.getLogger("pgqueue.job"),
+            {
+                "job_id": self.id,
+                "job_kind": self.kind,
+                "job_queue": self.queue,
+                "job_attempt": self.attempt,
+            },
+        )
+        return JobContext(
+            job_id=self.id,
+            kind=self.kind,
+            queue=self.queue,
+            attempt=self.attempt,
+            max_attempts=self.max_attempts,
+            scheduled_for=self.scheduled_for,
+            cancelled=cancelled,
+            logger=bound,
+        )
+
+
+def parse_claimed(row: Sequence[Any], lease: Any) -> ClaimedJob:
+    """Read one row returned by ``job_claim``."""
+    job_id, kind, queue, payload, attempts, max_attempts, scheduled_for, options, priority = row
+    return ClaimedJob(
+        id=int(job_id),
+        kind=kind,
+        queue=queue,
+        payload_text=payload,
+        attempt=int(attempts),
+        max_attempts=int(max_attempts),
+        scheduled_for=scheduled_for,
+        options=json.loads(options) if options else {},
+        priority=int(priority),
+        lease=lease,
+    )
+
+
+def backoff_delay(job: ClaimedJob, config: RuntimeConfig) -> float:
+    """Seconds to wait before the next attempt: exponential in the attempt, +/-20 % jitter."""
+    base = float(job.options.get("backoff", config.retry_backoff))
+    cap = float(job.options.get("backoff_max", config.retry_backoff_max))
+    # jitter spreads retries of jobs that failed together (an outage) over time
+    delay = min(base * 2.0 ** min(job.attempt - 1, 60), cap)
+    return delay * random.uniform(0.8, 1.2)
+
+
+Action = Literal["complete", "retry", "fail", "cancel", "snooze", "release"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What to write for a job that ended: the action and its details."""
+
+    action: Action
+    delay: float = 0.0
+    message: str = ""
+    error: str = ""  # JSON object for the error history
+
+    @property
+    def status(self) -> str:
+        """The job status this outcome writes (for ``job_fail``)."""
+        return {"retry": "pending", "fail": "failed", "cancel": "cancelled"}.get(self.action, "")
+
+
+def _error_json(job: ClaimedJob, message: str, exc: BaseException | None) -> str:
+    tb = ""
+    if exc is not None:
+        tb = "".join(traceback.format_exception(exc))[-_MAX_TRACEBACK_CHARS:]
+    return json.dumps(
+        {
+            "attempt": job.attempt,
+            "at": datetime.now(UTC).isoformat(),
+            "error": message,
+            "traceback": tb,
+        }
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__qualname__}: {exc}" if str(exc) else type(exc).__qualname__
+    return text[:_MAX_MESSAGE_CHARS]
+
+
+def outcome_for_error(job: ClaimedJob, exc: BaseException, config: RuntimeConfig) -> Outcome:
+    """Decide what happens to ``job`` after ``process`` raised ``exc`` (or it was stopped)."""
+    if isinstance(exc, Retry):
+        return Outcome("snooze", delay=max(exc.in_.total_seconds(), 0.0))
+    if isinstance(exc, Cancel):
+        return Outcome("cancel", message=exc.reason, error=_error_json(job, exc.reason, None))
+    if isinstance(exc, Discard):
+        return Outcome("fail", message=exc.reason, error=_error_json(job, exc.reason, None))
+    if job.stop_reason == "cancel":
+        message = "cancelled while running"
+        return Outcome("cancel", message=message, error=_error_json(job, message, exc))
+    if job.stop_reason == "shutdown":
+        return Outcome("release")
+    if job.stop_reason == "timeout":
+        message = f"timed out after {job.timeout:g}s"
+    else:
+        message = _describe(exc)
+    error = _error_json(job, message, exc)
+    if job.attempt >= job.max_attempts:
+        return Outcome("fail", message=message, error=error)
+    return Outcome("retry", delay=backoff_delay(job, config), message=message, error=error)
+
+
+def outcome_for_bad_payload(job: ClaimedJob, exc: BaseException) -> Outcome:
+    """Fail a job whose stored arguments do not fit its class (retrying cannot help)."""
+    message = (
+        f"cannot build {job.kind!r} from its stored arguments: {_describe(exc)} "
+        "(was it enqueued by a different version of the job class?)"
+    )
+    return Outcome("fail", message=message, error=_error_json(job, message, exc))
+
+
+class ProcessTimeout(Exception):
+    """``process`` ran past the job's timeout."""
+
+
+class ProcessStopped(Exception):
+    """``process`` was cut off by the runtime (cancel request or shutdown)."""
