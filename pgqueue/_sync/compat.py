@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from concurrent.futures import wait as _wait_futures
 from typing import Any
 
-from ..execution import ProcessTimeout
+from ..execution import ProcessStopped, ProcessTimeout
 
 __all__ = [
     "Event",
@@ -112,6 +112,20 @@ class JobPool:
             self._queue.put(None)
 
 
+async def _run_cancellable(fn: Callable[..., Any], ctx: Any) -> None:
+    # A coroutine job in a thread of its own loop: cancel it when its context is signalled,
+    # as the asyncio runtime would.
+    task = asyncio.ensure_future(fn(ctx))
+    while not task.done():
+        await asyncio.wait({task}, timeout=0.05)
+        if not task.done() and ctx.cancelled.is_set():
+            task.cancel()
+            await asyncio.wait({task})
+    if task.cancelled():
+        raise ProcessStopped
+    task.result()
+
+
 def call_process(
     pool: JobPool,
     fn: Callable[..., Any],
@@ -128,7 +142,7 @@ def call_process(
 
     def target() -> None:
         if inspect.iscoroutinefunction(fn):
-            asyncio.run(fn(arg))
+            asyncio.run(_run_cancellable(fn, arg))
         else:
             fn(arg)
 

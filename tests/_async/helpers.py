@@ -1,0 +1,23 @@
+"""Waiting on conditions with deadlines (never bare sleeps)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pgqueue._async.compat import sleep
+
+
+async def wait_until(
+    predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.01, what: str = ""
+) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout}s: {what or predicate}")
+        await sleep(interval)
