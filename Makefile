@@ -15,7 +15,7 @@ help: ## Show this help
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[all,dev]'
+	$(PY) -m pip install --quiet -e '.[all,dev,demo]'
 	touch $(STAMP)
 
 .PHONY: install
@@ -50,6 +50,10 @@ test: $(STAMP) ## Run the test suite against PostgreSQL (see PGQUEUE_TEST_DSN in
 
 .PHONY: check
 check: check-generated lint typecheck test ## Everything CI runs
+
+.PHONY: demo
+demo: $(STAMP) ## Run the demo: real jobs on $$PGQUEUE_DSN, or on a throwaway PostgreSQL
+	$(PY) -m pgqueue demo
 
 .PHONY: sql
 sql: $(STAMP) ## Print the schema SQL (pgqueue sql)

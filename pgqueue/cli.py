@@ -1,19 +1,26 @@
-"""The ``pgqueue`` command line: ``pgqueue sql`` and ``pgqueue migrate`` (more to come).
+"""The ``pgqueue`` command line: ``sql``, ``migrate``, ``worker`` and ``demo``.
 
 Every option can also be set from the environment: ``PGQUEUE_DSN`` (or ``DATABASE_URL``),
-``PGQUEUE_DRIVER``, ``PGQUEUE_SCHEMA``, ``PGQUEUE_PREFIX``.
+``PGQUEUE_DRIVER``, ``PGQUEUE_SCHEMA``, ``PGQUEUE_PREFIX``, ``PGQUEUE_QUEUES``,
+``PGQUEUE_POLL_INTERVAL`` and the other ``--option`` names in upper case.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
+from types import FrameType
 
 from ._sync.client import Client
-from .errors import PgQueueError
+from .errors import ConfigurationError, PgQueueError
+from .jobs import WorkerRegistry
 from .queries import migrations_script
+from .runtime_config import RuntimeConfig
 from .settings import Settings
 
 __all__ = ["main"]
@@ -74,7 +81,137 @@ def _parser() -> argparse.ArgumentParser:
         help="create or upgrade pgqueue's tables",
         description="Apply pending migrations; safe to run from several processes at once.",
     )
+    worker = sub.add_parser(
+        "worker",
+        parents=[common, connect],
+        help="run jobs until SIGTERM/SIGINT",
+        description=(
+            "Run the jobs of a registry. SIGTERM or SIGINT stops gracefully (running jobs get "
+            "--shutdown-timeout seconds); a second signal stops at once, handing running jobs "
+            "back without charging an attempt."
+        ),
+    )
+    worker.add_argument(
+        "registry", metavar="MODULE:REGISTRY", help="import path of a WorkerRegistry"
+    )
+    worker.add_argument(
+        "--queues",
+        default=os.environ.get("PGQUEUE_QUEUES", "default=10"),
+        help="queues and their concurrency, e.g. default=10,emails=2 "
+        "[$PGQUEUE_QUEUES, default: default=10]",
+    )
+    worker.add_argument(
+        "--migrate",
+        action="store_true",
+        default=bool(os.environ.get("PGQUEUE_MIGRATE")),
+        help="apply pending migrations before starting [$PGQUEUE_MIGRATE]",
+    )
+    worker.add_argument(
+        "--log-level",
+        default=os.environ.get("PGQUEUE_LOG_LEVEL", "INFO"),
+        help="logging level [$PGQUEUE_LOG_LEVEL, default: INFO]",
+    )
+    defaults = RuntimeConfig()
+    for name in _RUNTIME_OPTIONS:
+        flag = "--" + name.replace("_", "-")
+        env = "PGQUEUE_" + name.upper()
+        worker.add_argument(
+            flag,
+            type=float,
+            default=float(os.environ.get(env, getattr(defaults, name))),
+            help=f"seconds [${env}, default: {getattr(defaults, name):g}]",
+        )
+    demo = sub.add_parser(
+        "demo",
+        parents=[common, connect],
+        help="run a live demo: real jobs on a real (or throwaway) PostgreSQL",
+        description=(
+            "Enqueue a few hundred jobs of several kinds and run them, with live progress. "
+            "Without --dsn/$PGQUEUE_DSN/$DATABASE_URL it starts a throwaway PostgreSQL "
+            "(pip install 'pgqueue[demo]')."
+        ),
+    )
+    demo.add_argument("--jobs", type=int, default=300, help="how many jobs (default: 300)")
     return parser
+
+
+_RUNTIME_OPTIONS = (
+    "poll_interval",
+    "heartbeat_interval",
+    "rescue_after",
+    "leader_interval",
+    "shutdown_timeout",
+)
+
+
+def parse_queues(text: str) -> dict[str, int]:
+    """Parse ``default=10,emails=2`` into ``{"default": 10, "emails": 2}``."""
+    queues: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, count = part.partition("=")
+        try:
+            queues[name.strip()] = int(count) if sep else 1
+        except ValueError:
+            raise ConfigurationError(
+                f"bad --queues entry {part!r}: write name=concurrency, e.g. default=10"
+            ) from None
+    if not queues:
+        raise ConfigurationError("--queues is empty: give at least one, e.g. default=10")
+    return queues
+
+
+def load_registry(path: str) -> WorkerRegistry:
+    """Import ``module:attribute`` and return it if it is a WorkerRegistry."""
+    module_name, sep, attribute = path.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ConfigurationError(f"registry {path!r}: write it as module:attribute")
+    # Like other runners, look in the current directory first.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"cannot import {module_name!r}: {exc}") from exc
+    registry = getattr(module, attribute, None)
+    if not isinstance(registry, WorkerRegistry):
+        raise ConfigurationError(
+            f"{path} is {type(registry).__name__}, not a pgqueue.WorkerRegistry"
+        )
+    return registry
+
+
+def _run_worker(args: argparse.Namespace, settings: Settings) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s",
+    )
+    registry = load_registry(args.registry)
+    queues = parse_queues(args.queues)
+    config = RuntimeConfig(**{name: getattr(args, name) for name in _RUNTIME_OPTIONS})
+    with Client.connect(args.dsn, driver=args.driver, registry=registry, settings=settings) as c:
+        if args.migrate:
+            c.migrate()
+        c.start(queues, config=config)
+        runtime = c.runtime
+        assert runtime is not None
+        signals = 0
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            nonlocal signals
+            signals += 1
+            name = signal.Signals(signum).name
+            if signals == 1:
+                logging.getLogger("pgqueue").info("%s: stopping gracefully", name)
+            else:
+                logging.getLogger("pgqueue").warning("%s again: stopping now", name)
+            runtime.request_stop(immediate=signals > 1)
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        while not runtime.wait_stopping(0.5):
+            pass
+        c.stop(0.0 if signals > 1 else None)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -95,6 +232,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             done = f"applied {', '.join(map(str, applied))}" if applied else "nothing to apply"
             print(f"pgqueue schema at version {version} ({done})")
             return 0
+        if args.command == "worker":
+            return _run_worker(args, settings)
+        if args.command == "demo":
+            from .demo import run_demo
+
+            return run_demo(dsn=args.dsn, driver=args.driver, settings=settings, jobs=args.jobs)
     except PgQueueError as exc:
         print(f"pgqueue: error: {exc}", file=sys.stderr)
         return 1

@@ -139,7 +139,7 @@ def migrations_script(
         f"-- pgqueue schema for {quote_ident(settings.schema)}, prefix {settings.prefix!r}",
         *(["BEGIN;"] if transaction else []),
         f"SELECT pg_advisory_xact_lock({lock_key});",
-        f"CREATE SCHEMA IF NOT EXISTS {quote_ident(settings.schema)};",
+        q.schema_create + ";",
         q.migration_table_create + ";",
     ]
     for m in migrations_for(settings):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import DatabaseError, MigrationError
-from ..queries import migrations_for, queries_for, quote_ident
+from ..queries import migrations_for, queries_for
 from ..settings import Settings
 from .driver import AsyncDriver
 
@@ -33,7 +33,7 @@ async def _migrate(driver: AsyncDriver, settings: Settings) -> list[int]:
     applied_now: list[int] = []
     async with driver.with_tx() as tx:
         await tx.query(q.migration_lock, (settings.advisory_key("migrate"),))
-        await tx.exec(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(settings.schema)}")
+        await tx.exec(q.schema_create)
         await tx.exec(q.migration_table_create)
         done = {row[0] for row in await tx.query(q.migration_applied_list)}
         for migration in migrations_for(settings):

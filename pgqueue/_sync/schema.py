@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from ..errors import DatabaseError, MigrationError
-from ..queries import migrations_for, queries_for, quote_ident
+from ..queries import migrations_for, queries_for
 from ..settings import Settings
 from .driver import Driver
 
@@ -35,7 +35,7 @@ def _migrate(driver: Driver, settings: Settings) -> list[int]:
     applied_now: list[int] = []
     with driver.with_tx() as tx:
         tx.query(q.migration_lock, (settings.advisory_key("migrate"),))
-        tx.exec(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(settings.schema)}")
+        tx.exec(q.schema_create)
         tx.exec(q.migration_table_create)
         done = {row[0] for row in tx.query(q.migration_applied_list)}
         for migration in migrations_for(settings):

@@ -6,6 +6,13 @@
 -- Serialises concurrent migrate() calls; released when the transaction ends.
 SELECT pg_advisory_xact_lock($1);
 
+-- name: schema_create
+CREATE SCHEMA IF NOT EXISTS {{schema}};
+
+-- name: schema_drop
+-- Only the demo uses it, on the schema it created for itself.
+DROP SCHEMA IF EXISTS {{schema}} CASCADE;
+
 -- name: migration_table_create
 CREATE TABLE IF NOT EXISTS {{schema}}.{{migrations}} (
     version     integer     PRIMARY KEY,
@@ -238,3 +245,7 @@ DELETE FROM {{schema}}.{{unique_locks}}
 WHERE unique_key IN (
     SELECT unique_key FROM {{schema}}.{{unique_locks}} WHERE expires_at < now() LIMIT $1
 );
+
+-- name: job_kind_status_counts
+SELECT kind, status, count(*), max(attempts) FROM {{schema}}.{{jobs}}
+GROUP BY kind, status ORDER BY kind, status;

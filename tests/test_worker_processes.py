@@ -1,0 +1,222 @@
+"""Workers as real OS processes (``pgqueue worker``): throughput, kill -9, signals, leadership."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pgqueue
+from tests import jobs
+
+pytestmark = pytest.mark.timeout(240)
+
+ROOT = Path(__file__).resolve().parent.parent
+RESCUE_AFTER = 2.0
+LEADER_INTERVAL = 0.3
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout}s: {what}")
+        time.sleep(0.02)
+
+
+class Workers:
+    """Starts ``pgqueue worker`` processes and makes sure none outlives the test."""
+
+    def __init__(self, env: dict[str, str], logs: Path) -> None:
+        self.env = env
+        self.logs = logs
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, *args: str) -> subprocess.Popen[bytes]:
+        log = open(self.logs / f"worker-{len(self.procs)}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pgqueue", "worker", "tests.jobs:registry", *args],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def log(self, proc: subprocess.Popen[bytes]) -> str:
+        return (self.logs / f"worker-{self.procs.index(proc)}.log").read_text()
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
+
+
+@pytest.fixture
+def workers(database_url: str, schema: str, tmp_path: Path) -> Iterator[Workers]:
+    env = {
+        **os.environ,
+        "PGQUEUE_DSN": database_url,
+        "PGQUEUE_SCHEMA": schema,
+        "PGQUEUE_POLL_INTERVAL": "0.5",
+        "PGQUEUE_HEARTBEAT_INTERVAL": "0.5",
+        "PGQUEUE_RESCUE_AFTER": str(RESCUE_AFTER),
+        "PGQUEUE_LEADER_INTERVAL": str(LEADER_INTERVAL),
+        "PGQUEUE_SHUTDOWN_TIMEOUT": "30",
+    }
+    env.pop("PGQUEUE_DRIVER", None)
+    pool = Workers(env, tmp_path)
+    yield pool
+    pool.stop_all()
+
+
+@pytest.fixture
+def client(database_url: str, settings: pgqueue.Settings) -> Iterator[pgqueue.Client]:
+    with pgqueue.Client.connect(database_url, registry=jobs.registry, settings=settings) as c:
+        c.migrate()
+        yield c
+
+
+@pytest.fixture
+def runs(db, schema: str) -> str:
+    table = f'"{schema}".runs'
+    db.rows(f"CREATE TABLE {table} (job_id bigint, attempt int, pid int)")
+    return table
+
+
+def status_of(db, jobs_table: str, job_id: int) -> tuple[Any, ...]:
+    return db.rows(f"SELECT status, attempts FROM {jobs_table} WHERE id = $1", (job_id,))[0]
+
+
+@pytest.mark.slow
+def test_10k_jobs_across_3_processes_run_exactly_once(
+    workers: Workers, client: pgqueue.Client, db, jobs_table: str, runs: str
+) -> None:
+    n = 10_000
+    client.add_jobs(jobs.DbRecord(table=runs) for _ in range(n))
+    procs = [workers.start("--queues", "default=8") for _ in range(3)]
+    wait_until(
+        lambda: db.value(f"SELECT count(*) FROM {jobs_table} WHERE status = 'completed'") == n,
+        timeout=180,
+        what="all jobs completed",
+    )
+    assert db.value(f"SELECT count(*) FROM {runs}") == n
+    assert db.value(f"SELECT count(DISTINCT job_id) FROM {runs}") == n
+    assert db.value(f"SELECT max(attempts) FROM {jobs_table}") == 1
+    pids = {pid for (pid,) in db.rows(f"SELECT DISTINCT pid FROM {runs}")}
+    assert pids == {p.pid for p in procs}  # all three took part
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    assert [p.wait(30) for p in procs] == [0, 0, 0]
+
+
+def test_sigkill_mid_job_is_rescued_by_another_process(
+    workers: Workers, client: pgqueue.Client, db, jobs_table: str, runs: str
+) -> None:
+    victim = workers.start()
+    job = client.add_job(jobs.DbRecord(table=runs, first_sleep=60))
+    wait_until(lambda: status_of(db, jobs_table, job.id) == ("processing", 1), 30, "claimed")
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    killed_at = time.monotonic()
+    rescuer = workers.start()
+    wait_until(
+        lambda: status_of(db, jobs_table, job.id) == ("completed", 2), 30, "rescued and completed"
+    )
+    recovery = time.monotonic() - killed_at
+    # stale after rescue_after, noticed at the next leader tick, then claimed and run
+    assert recovery < RESCUE_AFTER + 3 * LEADER_INTERVAL + 5, recovery
+    assert db.rows(f"SELECT attempt, pid FROM {runs}") == [(2, rescuer.pid)]
+    error = db.value(f"SELECT last_error FROM {jobs_table} WHERE id = $1", (job.id,))
+    assert "stopped heartbeating" in error
+
+
+def test_sigterm_stops_gracefully_and_hands_jobs_back(
+    workers: Workers, client: pgqueue.Client, db, jobs_table: str
+) -> None:
+    token = "sigterm"
+    job = client.add_job(jobs.Block(token=token, seconds=600))
+    proc = workers.start("--shutdown-timeout", "0.5")
+    wait_until(lambda: status_of(db, jobs_table, job.id) == ("processing", 1), 30, "claimed")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(20) == 0
+    assert status_of(db, jobs_table, job.id) == ("pending", 0)  # no attempt charged
+    assert "stopping gracefully" in workers.log(proc)
+    assert db.value(f'SELECT count(*) FROM "{client.settings.schema}".pgqueue_instances') == 0
+
+
+def test_second_sigterm_stops_at_once(
+    workers: Workers, client: pgqueue.Client, db, jobs_table: str, runs: str
+) -> None:
+    # a job that ignores cancellation (a plain sleep) and a long shutdown timeout
+    job = client.add_job(jobs.DbRecord(table=runs, first_sleep=600))
+    proc = workers.start("--shutdown-timeout", "300")
+    wait_until(lambda: status_of(db, jobs_table, job.id) == ("processing", 1), 30, "claimed")
+    proc.send_signal(signal.SIGTERM)
+    # the graceful stop has begun (and would wait up to 300 s for the job)
+    wait_until(lambda: "stopping gracefully" in workers.log(proc), 10, "first signal seen")
+    assert proc.poll() is None
+    start = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    assert time.monotonic() - start < 10
+    assert status_of(db, jobs_table, job.id) == ("pending", 0)
+    assert "stopping now" in workers.log(proc)
+
+
+def leader_holders(db, settings: pgqueue.Settings) -> list[int]:
+    key = settings.advisory_key("leader")
+    rows = db.rows(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
+        "AND classid::bigint = $1 AND objid::bigint = $2",
+        ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF),
+    )
+    return [pid for (pid,) in rows]
+
+
+def test_one_leader_among_processes_and_a_new_one_after_a_kill(
+    workers: Workers, client: pgqueue.Client, db, settings: pgqueue.Settings
+) -> None:
+    procs = [workers.start() for _ in range(3)]
+    instances = f'"{settings.schema}".pgqueue_instances'
+    wait_until(lambda: len(leader_holders(db, settings)) == 1, 30, "a leader")
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        assert len(leader_holders(db, settings)) <= 1
+        time.sleep(0.01)
+    leader_pid = wait_until(
+        lambda: db.rows(f"SELECT pid FROM {instances} WHERE is_leader"), 10, "leader row"
+    )[0][0]
+    leader = next(p for p in procs if p.pid == leader_pid)
+    old_backend = leader_holders(db, settings)[0]
+    leader.send_signal(signal.SIGKILL)
+    leader.wait(10)
+    killed_at = time.monotonic()
+    while True:
+        holders = leader_holders(db, settings)
+        assert len(holders) <= 1
+        if holders and holders[0] != old_backend:
+            break
+        assert time.monotonic() - killed_at < 10, "no new leader"
+        time.sleep(0.01)
+    assert time.monotonic() - killed_at < LEADER_INTERVAL * 3 + 2
+    new_leader = wait_until(
+        lambda: db.rows(
+            f"SELECT pid FROM {instances} WHERE is_leader AND pid <> $1", (leader_pid,)
+        ),
+        10,
+        "new leader row",
+    )
+    assert new_leader[0][0] in {p.pid for p in procs if p is not leader}
