@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,23 +15,13 @@ import pytest
 
 import pgqueue
 from tests import jobs
+from tests._sync.helpers import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
 ROOT = Path(__file__).resolve().parent.parent
 RESCUE_AFTER = 2.0
 LEADER_INTERVAL = 0.3
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s: {what}")
-        time.sleep(0.02)
 
 
 class Workers:
@@ -127,13 +117,15 @@ def test_sigkill_mid_job_is_rescued_by_another_process(
 ) -> None:
     victim = workers.start()
     job = client.add_job(jobs.DbRecord(table=runs, first_sleep=60))
-    wait_until(lambda: status_of(db, jobs_table, job.id) == ("processing", 1), 30, "claimed")
+    wait_until(lambda: status_of(db, jobs_table, job.id) == ("processing", 1), 30, what="claimed")
     victim.send_signal(signal.SIGKILL)
     victim.wait(10)
     killed_at = time.monotonic()
     rescuer = workers.start()
     wait_until(
-        lambda: status_of(db, jobs_table, job.id) == ("completed", 2), 30, "rescued and completed"
+        lambda: status_of(db, jobs_table, job.id) == ("completed", 2),
+        30,
+        what="rescued and completed",
     )
     recovery = time.monotonic() - killed_at
     print(f"sigkill rescue: {recovery:.2f}s")
@@ -150,7 +142,7 @@ def test_sigterm_stops_gracefully_and_hands_jobs_back(
     token = "sigterm"
     job = client.add_job(jobs.Block(token=token, seconds=600))
     proc = workers.start("--shutdown-timeout", "0.5")
-    wait_until(lambda: status_of(db, jobs_table, job.id) == ("processing", 1), 30, "claimed")
+    wait_until(lambda: status_of(db, jobs_table, job.id) == ("processing", 1), 30, what="claimed")
     start = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(20) == 0
@@ -166,10 +158,10 @@ def test_second_sigterm_stops_at_once(
     # a job that ignores cancellation (a plain sleep) and a long shutdown timeout
     job = client.add_job(jobs.DbRecord(table=runs, first_sleep=600))
     proc = workers.start("--shutdown-timeout", "300")
-    wait_until(lambda: status_of(db, jobs_table, job.id) == ("processing", 1), 30, "claimed")
+    wait_until(lambda: status_of(db, jobs_table, job.id) == ("processing", 1), 30, what="claimed")
     proc.send_signal(signal.SIGTERM)
     # the graceful stop has begun (and would wait up to 300 s for the job)
-    wait_until(lambda: "stopping gracefully" in workers.log(proc), 10, "first signal seen")
+    wait_until(lambda: "stopping gracefully" in workers.log(proc), 10, what="first signal seen")
     assert proc.poll() is None
     start = time.monotonic()
     proc.send_signal(signal.SIGTERM)
@@ -195,13 +187,13 @@ def test_one_leader_among_processes_and_a_new_one_after_a_kill(
 ) -> None:
     procs = [workers.start() for _ in range(3)]
     instances = f'"{settings.schema}".pgqueue_instances'
-    wait_until(lambda: len(leader_holders(db, settings)) == 1, 30, "a leader")
+    wait_until(lambda: len(leader_holders(db, settings)) == 1, 30, what="a leader")
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline:
         assert len(leader_holders(db, settings)) <= 1
         time.sleep(0.01)
     leader_pid = wait_until(
-        lambda: db.rows(f"SELECT pid FROM {instances} WHERE is_leader"), 10, "leader row"
+        lambda: db.rows(f"SELECT pid FROM {instances} WHERE is_leader"), 10, what="leader row"
     )[0][0]
     leader = next(p for p in procs if p.pid == leader_pid)
     old_backend = leader_holders(db, settings)[0]
@@ -223,6 +215,6 @@ def test_one_leader_among_processes_and_a_new_one_after_a_kill(
             f"SELECT pid FROM {instances} WHERE is_leader AND pid <> $1", (leader_pid,)
         ),
         10,
-        "new leader row",
+        what="new leader row",
     )
     assert new_leader[0][0] in {p.pid for p in procs if p is not leader}
