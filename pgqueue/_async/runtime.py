@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigurationError, DatabaseError
+from ..errors import ConfigurationError, DatabaseError, SchemaNotMigrated
 from ..execution import (
     ClaimedJob,
     Outcome,
@@ -108,7 +108,7 @@ class AsyncRuntime:
         self._active: dict[str, set[int]] = {name: set() for name in self.queues}
         self._running: dict[int, _Running] = {}
         self._unwritten: list[tuple[ClaimedJob, Outcome]] = []
-        self._pool = JobPool(sum(self.queues.values()))
+        self._pool: JobPool | None = None
         self._lock: AsyncAdvisoryLock | None = None
         # tasks here, threads on the sync side
         self._loops: list[Any] = []
@@ -128,7 +128,17 @@ class AsyncRuntime:
 
     async def start(self) -> None:
         """Register this instance and start the loops."""
-        await self.driver.exec(self._q.instance_register, self._identity)
+        try:
+            await self.driver.exec(self._q.instance_register, self._identity)
+        except DatabaseError as exc:
+            if exc.sqlstate == "42P01":  # undefined_table
+                raise SchemaNotMigrated(
+                    f"pgqueue's tables are missing in schema {self.settings.schema!r}: run "
+                    "client.migrate() or `pgqueue migrate` (or `pgqueue worker --migrate`) first",
+                    exc.sqlstate,
+                ) from exc
+            raise
+        self._pool = JobPool(sum(self.queues.values()))
         self._loops = [
             spawn(self._listen_loop, name="pgqueue-listener"),
             spawn(self._heartbeat_loop, name="pgqueue-heartbeat"),
@@ -201,7 +211,8 @@ class AsyncRuntime:
             await self.driver.exec(self._q.instance_unregister, (self.instance_id,))
         except DatabaseError as exc:
             logger.warning("stop: could not unregister instance %s: %s", self.instance_id, exc)
-        self._pool.shutdown()
+        if self._pool is not None:
+            self._pool.shutdown()
         logger.info("pgqueue instance %s stopped", self.instance_id)
 
     # -- claiming -------------------------------------------------------------------------
@@ -238,6 +249,7 @@ class AsyncRuntime:
             await wait_event(wake, wait)
 
     def _launch(self, job: ClaimedJob) -> None:
+        assert self._pool is not None
         running = _Running(job)
         self._running[job.id] = running
         self._active[job.queue].add(job.id)
@@ -259,6 +271,7 @@ class AsyncRuntime:
                     running.inner = inner
 
                 running.is_coroutine = _is_coroutine(worker.process)
+                assert self._pool is not None
                 try:
                     await call_process(self._pool, worker.process, ctx, job.timeout, started)
                     outcome = Outcome("complete")

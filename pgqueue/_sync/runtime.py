@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigurationError, DatabaseError
+from ..errors import ConfigurationError, DatabaseError, SchemaNotMigrated
 from ..execution import (
     ClaimedJob,
     Outcome,
@@ -110,7 +110,7 @@ class Runtime:
         self._active: dict[str, set[int]] = {name: set() for name in self.queues}
         self._running: dict[int, _Running] = {}
         self._unwritten: list[tuple[ClaimedJob, Outcome]] = []
-        self._pool = JobPool(sum(self.queues.values()))
+        self._pool: JobPool | None = None
         self._lock: AdvisoryLock | None = None
         # tasks here, threads on the sync side
         self._loops: list[Any] = []
@@ -130,7 +130,17 @@ class Runtime:
 
     def start(self) -> None:
         """Register this instance and start the loops."""
-        self.driver.exec(self._q.instance_register, self._identity)
+        try:
+            self.driver.exec(self._q.instance_register, self._identity)
+        except DatabaseError as exc:
+            if exc.sqlstate == "42P01":  # undefined_table
+                raise SchemaNotMigrated(
+                    f"pgqueue's tables are missing in schema {self.settings.schema!r}: run "
+                    "client.migrate() or `pgqueue migrate` (or `pgqueue worker --migrate`) first",
+                    exc.sqlstate,
+                ) from exc
+            raise
+        self._pool = JobPool(sum(self.queues.values()))
         self._loops = [
             spawn(self._listen_loop, name="pgqueue-listener"),
             spawn(self._heartbeat_loop, name="pgqueue-heartbeat"),
@@ -203,7 +213,8 @@ class Runtime:
             self.driver.exec(self._q.instance_unregister, (self.instance_id,))
         except DatabaseError as exc:
             logger.warning("stop: could not unregister instance %s: %s", self.instance_id, exc)
-        self._pool.shutdown()
+        if self._pool is not None:
+            self._pool.shutdown()
         logger.info("pgqueue instance %s stopped", self.instance_id)
 
     # -- claiming -------------------------------------------------------------------------
@@ -240,6 +251,7 @@ class Runtime:
             wait_event(wake, wait)
 
     def _launch(self, job: ClaimedJob) -> None:
+        assert self._pool is not None
         running = _Running(job)
         self._running[job.id] = running
         self._active[job.queue].add(job.id)
@@ -261,6 +273,7 @@ class Runtime:
                     running.inner = inner
 
                 running.is_coroutine = _is_coroutine(worker.process)
+                assert self._pool is not None
                 try:
                     call_process(self._pool, worker.process, ctx, job.timeout, started)
                     outcome = Outcome("complete")

@@ -355,3 +355,12 @@ async def test_start_needs_a_registry_and_sane_queues(
         await client.start({"bad queue": 1})
     with pytest.raises(pgqueue.ConfigurationError, match="rescue_after"):
         pgqueue.RuntimeConfig(heartbeat_interval=10, rescue_after=15)
+
+
+async def test_start_before_migrate_says_what_to_do(
+    driver: pgqueue.AsyncDriver, settings: pgqueue.Settings
+) -> None:
+    client = pgqueue.AsyncClient(driver, registry=jobs.registry, settings=settings)
+    with pytest.raises(pgqueue.SchemaNotMigrated, match="migrate"):
+        await client.start(config=FAST)
+    assert client.runtime is None

@@ -339,3 +339,12 @@ def test_start_needs_a_registry_and_sane_queues(
         client.start({"bad queue": 1})
     with pytest.raises(pgqueue.ConfigurationError, match="rescue_after"):
         pgqueue.RuntimeConfig(heartbeat_interval=10, rescue_after=15)
+
+
+def test_start_before_migrate_says_what_to_do(
+    driver: pgqueue.Driver, settings: pgqueue.Settings
+) -> None:
+    client = pgqueue.Client(driver, registry=jobs.registry, settings=settings)
+    with pytest.raises(pgqueue.SchemaNotMigrated, match="migrate"):
+        client.start(config=FAST)
+    assert client.runtime is None
