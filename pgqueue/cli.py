@@ -103,11 +103,13 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--migrate",
         action="store_true",
-        default=bool(os.environ.get("PGQUEUE_MIGRATE")),
-        help="apply pending migrations before starting [$PGQUEUE_MIGRATE]",
+        default=_env_flag("PGQUEUE_MIGRATE"),
+        help="apply pending migrations before starting [$PGQUEUE_MIGRATE=1]",
     )
     worker.add_argument(
         "--log-level",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         default=os.environ.get("PGQUEUE_LOG_LEVEL", "INFO"),
         help="logging level [$PGQUEUE_LOG_LEVEL, default: INFO]",
     )
@@ -118,12 +120,13 @@ def _parser() -> argparse.ArgumentParser:
         worker.add_argument(
             flag,
             type=float,
-            default=float(os.environ.get(env, getattr(defaults, name))),
+            # a string default goes through type= too, so a bad $VAR is a usage error
+            default=os.environ.get(env, str(getattr(defaults, name))),
             help=f"seconds [${env}, default: {getattr(defaults, name):g}]",
         )
     demo = sub.add_parser(
         "demo",
-        parents=[common, connect],
+        parents=[connect],
         help="run a live demo: real jobs on a real (or throwaway) PostgreSQL",
         description=(
             "Enqueue a few hundred jobs of several kinds and run them, with live progress. "
@@ -142,6 +145,10 @@ _RUNTIME_OPTIONS = (
     "leader_interval",
     "shutdown_timeout",
 )
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def parse_queues(text: str) -> dict[str, int]:
@@ -182,7 +189,7 @@ def load_registry(path: str) -> WorkerRegistry:
 
 def _run_worker(args: argparse.Namespace, settings: Settings) -> int:
     logging.basicConfig(
-        level=args.log_level.upper(),
+        level=args.log_level,
         format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s",
     )
     registry = load_registry(args.registry)
@@ -218,6 +225,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
     args = _parser().parse_args(argv)
     try:
+        if args.command == "demo":
+            from .demo import run_demo
+
+            return run_demo(dsn=args.dsn, driver=args.driver, jobs=args.jobs)
         settings = _settings(args)
         if args.command == "sql":
             script = migrations_script(
@@ -234,10 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "worker":
             return _run_worker(args, settings)
-        if args.command == "demo":
-            from .demo import run_demo
 
-            return run_demo(dsn=args.dsn, driver=args.driver, settings=settings, jobs=args.jobs)
     except PgQueueError as exc:
         print(f"pgqueue: error: {exc}", file=sys.stderr)
         return 1

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from types import FrameType
 from typing import Any
@@ -161,7 +161,7 @@ def _progress(client: Client, total: int, deadline: float) -> dict[str, int]:
     return counts
 
 
-def run_demo(*, dsn: str | None, driver: str | None, settings: Settings, jobs: int = 300) -> int:
+def run_demo(*, dsn: str | None, driver: str | None, jobs: int = 300) -> int:
     """Run the demo; return the process exit status (0 when every job ended as expected)."""
     if jobs < 10:
         raise ConfigurationError("--jobs must be at least 10")
@@ -170,8 +170,9 @@ def run_demo(*, dsn: str | None, driver: str | None, settings: Settings, jobs: i
         raise KeyboardInterrupt  # unwinds through the cleanups below
 
     signal.signal(signal.SIGTERM, on_sigterm)
-    if settings.schema == "public":
-        settings = replace(settings, schema=f"pgqueue_demo_{os.getpid()}")
+    # Always a schema of its own, created here and dropped at the end: never one that might
+    # hold someone's tables.
+    settings = Settings(schema=f"pgqueue_demo_{os.getpid()}_{int(time.time())}")
     config = RuntimeConfig(poll_interval=0.5, heartbeat_interval=1, rescue_after=10)
     try:
         with (
@@ -182,7 +183,7 @@ def run_demo(*, dsn: str | None, driver: str | None, settings: Settings, jobs: i
                 return _demo(c, jobs, config, embedded)
             finally:
                 c.stop(5)
-                if not embedded:  # our own schema in someone else's database
+                if not embedded:  # the schema this demo created, in someone else's database
                     c.driver.exec(queries_for(settings).schema_drop)
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)

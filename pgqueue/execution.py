@@ -148,6 +148,10 @@ def _describe(exc: BaseException) -> str:
 
 def outcome_for_error(job: ClaimedJob, exc: BaseException, config: RuntimeConfig) -> Outcome:
     """Decide what happens to ``job`` after ``process`` raised ``exc`` (or it was stopped)."""
+    if job.stop_reason == "shutdown":
+        # Whatever the job raised on its way out (even Cancel), it was cut off by a stop:
+        # it goes back to pending for another run.
+        return Outcome("release")
     if isinstance(exc, Retry):
         return Outcome("snooze", delay=max(exc.in_.total_seconds(), 0.0))
     if isinstance(exc, Cancel):
@@ -157,8 +161,6 @@ def outcome_for_error(job: ClaimedJob, exc: BaseException, config: RuntimeConfig
     if job.stop_reason == "cancel":
         message = "cancelled while running"
         return Outcome("cancel", message=message, error=_error_json(job, message, exc))
-    if job.stop_reason == "shutdown":
-        return Outcome("release")
     if job.stop_reason == "timeout":
         message = f"timed out after {job.timeout:g}s"
     else:

@@ -48,8 +48,13 @@ class Settings:
     @property
     def channel(self) -> str:
         """The LISTEN/NOTIFY channel that wakes this installation's workers."""
-        # Channel names are identifiers: at most 63 bytes (all ASCII here).
-        return f"{self.prefix}jobs.{self.schema}"[:63]
+        # Channel names are identifiers: at most 63 bytes (all ASCII here). A longer name is
+        # cut and given a digest, so two installations never share a channel.
+        name = f"{self.prefix}jobs.{self.schema}"
+        if len(name) <= 63:
+            return name
+        digest = hashlib.blake2b(name.encode(), digest_size=6).hexdigest()
+        return f"{name[:50]}.{digest}"
 
     def advisory_key(self, purpose: str) -> int:
         """Return a stable signed 64-bit advisory-lock key for ``purpose`` in this installation.

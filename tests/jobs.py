@@ -100,6 +100,31 @@ class Block(pgqueue.Worker):
 
 
 @dataclass
+class CancelOnStop(pgqueue.Worker):
+    """Waits for its context to be signalled, then raises ``Cancel``."""
+
+    token: str
+
+    def process(self, ctx: pgqueue.JobContext) -> None:
+        record(self.token, ctx)
+        while not ctx.cancelled.wait(0.01):
+            pass
+        raise pgqueue.Cancel("saw the signal")
+
+
+@dataclass
+class Sleeper(pgqueue.Worker):
+    """A sync job that ignores its context: a plain sleep."""
+
+    token: str
+    seconds: float = 60.0
+
+    def process(self, ctx: pgqueue.JobContext) -> None:
+        record(self.token, ctx)
+        time.sleep(self.seconds)
+
+
+@dataclass
 class ABlock(pgqueue.Worker):
     """An async job that sleeps ``seconds`` (cancellation interrupts the sleep)."""
 
@@ -154,5 +179,5 @@ def _pool() -> Any:
 
 
 registry = pgqueue.WorkerRegistry(
-    Record, ARecord, Fail, AFlaky, Steer, Block, ABlock, Needs, DbRecord
+    Record, ARecord, Fail, AFlaky, Steer, Block, CancelOnStop, Sleeper, ABlock, Needs, DbRecord
 )

@@ -115,3 +115,26 @@ def test_demo_stops_its_throwaway_postgres_on_sigterm(tmp_path: Path) -> None:
     assert data_dir is not None
     assert "stopping the throwaway PostgreSQL" in text
     assert not Path(data_dir.group(1)).exists()
+
+
+def test_demo_never_uses_a_schema_it_did_not_create(database_url: str, db) -> None:
+    db.rows('CREATE SCHEMA IF NOT EXISTS "app_demo_guard"')
+    db.rows('CREATE TABLE "app_demo_guard".precious (x int)')
+    try:
+        env = {**clean_env(), "PGQUEUE_DSN": database_url, "PGQUEUE_SCHEMA": "app_demo_guard"}
+        result = run(["demo", "--jobs", "20"], env)
+        assert result.returncode == 0, result.stderr
+        assert db.value("SELECT to_regclass('app_demo_guard.precious') IS NOT NULL") is True
+    finally:
+        db.rows('DROP SCHEMA "app_demo_guard" CASCADE')
+
+
+def test_bad_environment_values_are_usage_errors(database_url: str) -> None:
+    env = {**clean_env(), "PGQUEUE_DSN": database_url, "PGQUEUE_POLL_INTERVAL": "soon"}
+    result = run(["worker", "tests.jobs:registry"], env, timeout=60)
+    assert result.returncode == 2
+    assert "invalid float value: 'soon'" in result.stderr
+    assert "Traceback" not in result.stderr
+    result = run(["worker", "tests.jobs:registry", "--log-level", "LOUD"], clean_env(), timeout=60)
+    assert result.returncode == 2
+    assert "invalid choice" in result.stderr

@@ -408,3 +408,13 @@ def test_unicode_is_kept_unescaped() -> None:
 def test_lone_surrogate_rejected_with_serialization_error() -> None:
     with pytest.raises(pgqueue.JobSerializationError):
         encode(Args(value="\ud800"))
+
+
+def test_channel_names_fit_and_stay_distinct() -> None:
+    short = pgqueue.Settings(schema="app")
+    assert short.channel == "pgqueue_jobs.app"
+    a = pgqueue.Settings(schema="s" * 60 + "a")
+    b = pgqueue.Settings(schema="s" * 60 + "b")
+    assert len(a.channel) <= 63
+    assert len(b.channel) <= 63
+    assert a.channel != b.channel

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 from collections.abc import Callable, Coroutine, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
+from .._sync.compat import JobPool as _ThreadPool
 from ..execution import ProcessStopped, ProcessTimeout
 
 __all__ = [
@@ -68,10 +70,13 @@ async def wait_all(handles: Iterable[Any], timeout: float | None) -> None:
 
 
 class JobPool:
-    """Where jobs run: tasks on the event loop; sync ``process`` calls in a thread pool."""
+    """Where jobs run: tasks on the event loop; sync ``process`` calls in daemon threads.
+
+    Daemon threads, so that a sync job stuck past ``stop()`` never holds up interpreter exit.
+    """
 
     def __init__(self, size: int, name: str = "pgqueue-job") -> None:
-        self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix=name)
+        self._threads = _ThreadPool(size, name)
 
     def submit(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> Task[Any]:
         """Start running ``fn(*args)``; return a handle for :func:`wait_all`."""
@@ -79,11 +84,26 @@ class JobPool:
 
     async def run_sync(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run blocking ``fn(*args)`` in the pool's threads."""
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        return await asyncio.wrap_future(self._threads.submit(fn, *args))
 
     def shutdown(self) -> None:
-        """Stop accepting work; threads still running a job are left to finish."""
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        """Stop the threads once idle; a thread still in a job finishes it first."""
+        self._threads.shutdown()
+
+
+def _in_own_thread(fn: Callable[..., Any], arg: Any) -> Future[Any]:
+    future: Future[Any] = Future()
+
+    def target() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(fn(arg))
+        except BaseException as exc:  # handed to the awaiting side
+            future.set_exception(exc)
+
+    threading.Thread(target=target, name="pgqueue-timed-job", daemon=True).start()
+    return future
 
 
 async def call_process(
@@ -101,8 +121,11 @@ async def call_process(
     """
     if inspect.iscoroutinefunction(fn):
         inner: asyncio.Future[Any] = asyncio.ensure_future(fn(arg))
-    else:
+    elif timeout is None:
         inner = asyncio.ensure_future(pool.run_sync(fn, arg))
+    else:
+        # a thread of its own: if it overruns it is abandoned without holding a pool thread
+        inner = asyncio.wrap_future(_in_own_thread(fn, arg))
     started(inner)
     done, _ = await asyncio.wait({inner}, timeout=timeout)
     if inner not in done:

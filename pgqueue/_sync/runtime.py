@@ -334,8 +334,10 @@ class Runtime:
             )
 
     def _flush_unwritten(self) -> None:
-        pending, self._unwritten = self._unwritten, []
-        for job, outcome in pending:
+        # pop one at a time (job threads may append meanwhile); a write that fails again goes
+        # back to the end, for the next flush
+        for _ in range(len(self._unwritten)):
+            job, outcome = self._unwritten.pop(0)
             self._write(job, outcome)
 
     # -- wake-up --------------------------------------------------------------------------
@@ -436,6 +438,8 @@ class Runtime:
         lock, self._lock = self._lock, None
         if lock is not None:
             lock.release()
+            with contextlib.suppress(DatabaseError):
+                self.driver.exec(self._q.instance_resign, (self.instance_id,))
 
 
 def _is_coroutine(fn: Any) -> bool:

@@ -135,10 +135,14 @@ WHERE id = $1 AND lease_token = $2 AND status = 'processing'
 RETURNING id;
 
 -- name: job_release
--- Shutdown cut the job off: back to pending at once, without charging the attempt.
+-- Shutdown cut the job off: back to pending at once, without charging the attempt; unless
+-- someone asked to cancel it meanwhile, then it is cancelled.
 UPDATE {{schema}}.{{jobs}}
-SET status = 'pending', attempts = greatest(attempts - 1, 0), lease_token = NULL,
-    instance_id = NULL, worker_id = NULL, locked_at = NULL
+SET status = CASE WHEN cancel_requested_at IS NULL THEN 'pending' ELSE 'cancelled' END,
+    finished_at = CASE WHEN cancel_requested_at IS NULL THEN NULL ELSE now() END,
+    attempts = CASE WHEN cancel_requested_at IS NULL
+        THEN greatest(attempts - 1, 0) ELSE attempts END,
+    lease_token = NULL, instance_id = NULL, worker_id = NULL, locked_at = NULL
 WHERE id = $1 AND lease_token = $2 AND status = 'processing'
 RETURNING id;
 
@@ -155,6 +159,7 @@ WITH target AS (
         finished_at = CASE WHEN t.status = 'pending' THEN now() ELSE j.finished_at END,
         last_error = CASE WHEN t.status = 'pending' THEN 'cancelled before it ran'
             ELSE j.last_error END,
+        last_error_at = CASE WHEN t.status = 'pending' THEN now() ELSE j.last_error_at END,
         cancel_requested_at = now()
     FROM target t
     WHERE j.id = t.id
@@ -192,6 +197,9 @@ WHERE j.instance_id = $1 AND j.status = 'processing' AND j.cancel_requested_at I
 -- name: instance_unregister
 DELETE FROM {{schema}}.{{instances}} WHERE instance_id = $1;
 
+-- name: instance_resign
+UPDATE {{schema}}.{{instances}} SET is_leader = false WHERE instance_id = $1;
+
 -- name: instance_set_leader
 UPDATE {{schema}}.{{instances}} SET is_leader = (instance_id = $1)
 WHERE is_leader OR instance_id = $1;
@@ -215,9 +223,15 @@ WITH stuck AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE {{schema}}.{{jobs}} AS j
-SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
-    finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
-    scheduled_for = CASE WHEN j.attempts >= j.max_attempts THEN j.scheduled_for ELSE now() END,
+SET status = CASE
+        WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+        WHEN j.attempts >= j.max_attempts THEN 'failed'
+        ELSE 'pending' END,
+    finished_at = CASE
+        WHEN j.cancel_requested_at IS NOT NULL OR j.attempts >= j.max_attempts THEN now() END,
+    scheduled_for = CASE
+        WHEN j.cancel_requested_at IS NOT NULL OR j.attempts >= j.max_attempts
+        THEN j.scheduled_for ELSE now() END,
     lease_token = NULL,
     last_error = 'the worker running this job stopped heartbeating (instance '
         || coalesce(j.instance_id::text, '?') || '); rescued',
@@ -235,6 +249,7 @@ WHERE id IN (
     WHERE (status = 'completed' AND finished_at < now() - $1::float8 * interval '1 second')
        OR (status IN ('failed', 'cancelled')
            AND finished_at < now() - $2::float8 * interval '1 second')
+    ORDER BY finished_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED
 )

@@ -364,3 +364,38 @@ async def test_start_before_migrate_says_what_to_do(
     with pytest.raises(pgqueue.SchemaNotMigrated, match="migrate"):
         await client.start(config=FAST)
     assert client.runtime is None
+
+
+async def test_a_job_raising_cancel_while_stopped_is_handed_back(
+    worker: pgqueue.AsyncClient, db, jobs_table: str, token: str
+) -> None:
+    await worker.add_job(jobs.CancelOnStop(token=token))
+    await worker.start(config=FAST)
+    await wait_until(lambda: jobs.RUNS[token], what="started")
+    await worker.stop(timeout=0.1)
+    assert db.rows(f"SELECT status, attempts FROM {jobs_table}") == [("pending", 0)]
+
+
+async def test_a_cancel_request_survives_the_shutdown_of_its_worker(
+    worker: pgqueue.AsyncClient, db, jobs_table: str, token: str
+) -> None:
+    h = await worker.add_job(jobs.Sleeper(token=token, seconds=30))  # ignores the signal
+    await worker.start(config=FAST)
+    await wait_until(lambda: jobs.RUNS[token], what="started")
+    assert await worker.cancel_job(h.id) == "processing"
+    await worker.stop(timeout=0.1)
+    assert db.rows(f"SELECT status FROM {jobs_table}") == [("cancelled",)]
+
+
+async def test_an_overrunning_sync_job_does_not_hold_a_slot(
+    worker: pgqueue.AsyncClient, db, jobs_table: str, token: str
+) -> None:
+    await worker.add_job(
+        jobs.Sleeper(token=token, seconds=30), timeout=timedelta(milliseconds=100), max_attempts=1
+    )
+    await worker.start({"default": 1}, config=FAST)
+    await wait_until(lambda: statuses(db, jobs_table) == {"failed": 1}, what="timed out")
+    start = time.monotonic()
+    await worker.add_jobs([jobs.Record(token=token), jobs.Record(token=token)])
+    await wait_until(lambda: statuses(db, jobs_table) == {"failed": 1, "completed": 2})
+    assert time.monotonic() - start < 3  # the abandoned thread sleeps on; the queue does not wait
