@@ -53,6 +53,9 @@ class _AdapterInfo:
     native_prefixes: tuple[str, ...]  # module prefixes of native objects it can wrap
 
 
+# Every adapter module offers the same six functions: async_connect(url), async_from_native(obj),
+# async_wrap_transaction(obj) and their sync_ twins (an asyncio-only library raises a
+# ConfigurationError from the sync ones).
 _ADAPTERS: dict[str, _AdapterInfo] = {
     "psycopg": _AdapterInfo(
         "pgqueue_adapters.psycopg",
@@ -60,10 +63,19 @@ _ADAPTERS: dict[str, _AdapterInfo] = {
         "psycopg",
         ("psycopg", "psycopg_pool"),
     ),
+    "asyncpg": _AdapterInfo("pgqueue_adapters.asyncpg", ("asyncpg",), "asyncpg", ("asyncpg",)),
+    "sqlalchemy": _AdapterInfo(
+        "pgqueue_adapters.sqlalchemy", ("sqlalchemy",), "sqlalchemy", ("sqlalchemy",)
+    ),
 }
 
 # URL schemes that name a driver, as SQLAlchemy spells them.
-_SCHEME_DRIVERS = {"postgresql+psycopg": "psycopg", "postgres+psycopg": "psycopg"}
+_SCHEME_DRIVERS = {
+    "postgresql+psycopg": "psycopg",
+    "postgres+psycopg": "psycopg",
+    "postgresql+asyncpg": "asyncpg",
+    "postgres+asyncpg": "asyncpg",
+}
 
 
 def driver_names() -> list[str]:
@@ -75,23 +87,25 @@ def resolve_driver_name(url: str | None, driver: str | None) -> tuple[str, str |
     """Decide which driver to use and return ``(name, url)`` with any driver scheme removed.
 
     Precedence: the explicit ``driver`` argument, then a ``postgresql+<driver>://`` URL scheme,
-    then ``$PGQUEUE_DRIVER``, then ``"psycopg"``.
+    then ``$PGQUEUE_DRIVER``, then ``"psycopg"``. For the ``sqlalchemy`` driver the URL is kept
+    as given: SQLAlchemy reads its own ``+dialect`` part.
     """
     scheme_driver = None
+    plain_url = url
     if url is not None and "://" in url:
         scheme, rest = url.split("://", 1)
         if "+" in scheme:
             scheme_driver = _SCHEME_DRIVERS.get(scheme.lower())
-            if scheme_driver is None:
+            if scheme_driver is None and driver != "sqlalchemy":
                 raise ConfigurationError(
                     f"unknown driver in URL scheme {scheme!r}: use postgresql:// with "
                     f"driver= one of {', '.join(driver_names())}"
                 )
-            url = "postgresql://" + rest
+            plain_url = "postgresql://" + rest
     name = driver or scheme_driver or os.environ.get(DRIVER_ENV_VAR) or "psycopg"
     if name not in _ADAPTERS:
         raise ConfigurationError(f"unknown driver {name!r}: use one of {', '.join(driver_names())}")
-    return name, url
+    return name, (url if name == "sqlalchemy" else plain_url)
 
 
 def load_adapter(name: str) -> ModuleType:

@@ -155,7 +155,7 @@ def no_driver_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 
 
 def test_known_drivers() -> None:
-    assert driver_names() == ["psycopg"]
+    assert driver_names() == ["asyncpg", "psycopg", "sqlalchemy"]
 
 
 def test_unknown_driver_name_raises_configuration_error(

@@ -76,6 +76,7 @@ FILE_RULES: Final[tuple[FileRule, ...]] = (
     FileRule("pgqueue/_async/*.py", "_async", "_sync", _HAND_WRITTEN),
     FileRule("tests/_async/*.py", "_async", "_sync", _HAND_WRITTEN),
     FileRule("pgqueue_adapters/psycopg/_async.py", "_async.py", "_sync.py"),
+    FileRule("pgqueue_adapters/sqlalchemy/_async.py", "_async.py", "_sync.py"),
 )
 
 # Identifier renames that the general rules below do not cover (or would get wrong).
@@ -98,6 +99,8 @@ RENAMES: Final[dict[str, str]] = {
     "anext": "next",
     "aiter": "iter",
     "adriver": "driver",
+    "create_async_engine": "create_engine",
+    "async_sessionmaker": "sessionmaker",
 }
 
 # ``Async`` followed by an uppercase letter: AsyncClient -> Client. Lowercase after the

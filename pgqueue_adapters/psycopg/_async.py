@@ -175,26 +175,11 @@ class AsyncPsycopgDriver:
 
     async def listener(self, channel: str) -> AsyncPsycopgListener:
         """Open a dedicated connection that LISTENs on ``channel``."""
-        conn = await self._dedicated()
-        try:
-            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-        except psycopg.Error as exc:
-            await conn.close()
-            raise translate_error(exc) from exc
-        return AsyncPsycopgListener(conn, channel)
+        return await AsyncPsycopgListener.start(await self._dedicated(), channel)
 
     async def try_advisory_lock(self, key: int) -> AsyncPsycopgAdvisoryLock | None:
         """Try to take advisory lock ``key`` on a new dedicated connection, without waiting."""
-        conn = await self._dedicated()
-        try:
-            rows = await _run(conn, "SELECT pg_try_advisory_lock($1)", (key,), True)
-        except BaseException:
-            await conn.close()
-            raise
-        if not rows[0][0]:
-            await conn.close()
-            return None
-        return AsyncPsycopgAdvisoryLock(conn, key)
+        return await AsyncPsycopgAdvisoryLock.acquire(await self._dedicated(), key)
 
     async def copy_records(
         self,
@@ -285,6 +270,16 @@ class AsyncPsycopgListener:
         self._channel = channel
         self._pid = conn.info.backend_pid
 
+    @classmethod
+    async def start(cls, conn: AsyncConnection[Any], channel: str) -> AsyncPsycopgListener:
+        """LISTEN on ``channel`` on ``conn`` (autocommit, dedicated; the listener owns it)."""
+        try:
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        except psycopg.Error as exc:
+            await conn.close()
+            raise translate_error(exc) from exc
+        return cls(conn, channel)
+
     @property
     def channel(self) -> str:
         """The channel listened to."""
@@ -319,6 +314,22 @@ class AsyncPsycopgAdvisoryLock:
         self._conn = conn
         self._key = key
         self._pid = conn.info.backend_pid
+
+    @classmethod
+    async def acquire(cls, conn: AsyncConnection[Any], key: int) -> AsyncPsycopgAdvisoryLock | None:
+        """Try to lock ``key`` on ``conn`` (autocommit, dedicated; the lock owns it).
+
+        Closes ``conn`` and returns ``None`` when another session holds the lock.
+        """
+        try:
+            rows = await _run(conn, "SELECT pg_try_advisory_lock($1)", (key,), True)
+        except BaseException:
+            await conn.close()
+            raise
+        if not rows[0][0]:
+            await conn.close()
+            return None
+        return cls(conn, key)
 
     @property
     def key(self) -> int:

@@ -174,26 +174,11 @@ class PsycopgDriver:
 
     def listener(self, channel: str) -> PsycopgListener:
         """Open a dedicated connection that LISTENs on ``channel``."""
-        conn = self._dedicated()
-        try:
-            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-        except psycopg.Error as exc:
-            conn.close()
-            raise translate_error(exc) from exc
-        return PsycopgListener(conn, channel)
+        return PsycopgListener.start(self._dedicated(), channel)
 
     def try_advisory_lock(self, key: int) -> PsycopgAdvisoryLock | None:
         """Try to take advisory lock ``key`` on a new dedicated connection, without waiting."""
-        conn = self._dedicated()
-        try:
-            rows = _run(conn, "SELECT pg_try_advisory_lock($1)", (key,), True)
-        except BaseException:
-            conn.close()
-            raise
-        if not rows[0][0]:
-            conn.close()
-            return None
-        return PsycopgAdvisoryLock(conn, key)
+        return PsycopgAdvisoryLock.acquire(self._dedicated(), key)
 
     def copy_records(
         self,
@@ -284,6 +269,16 @@ class PsycopgListener:
         self._channel = channel
         self._pid = conn.info.backend_pid
 
+    @classmethod
+    def start(cls, conn: Connection[Any], channel: str) -> PsycopgListener:
+        """LISTEN on ``channel`` on ``conn`` (autocommit, dedicated; the listener owns it)."""
+        try:
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        except psycopg.Error as exc:
+            conn.close()
+            raise translate_error(exc) from exc
+        return cls(conn, channel)
+
     @property
     def channel(self) -> str:
         """The channel listened to."""
@@ -318,6 +313,22 @@ class PsycopgAdvisoryLock:
         self._conn = conn
         self._key = key
         self._pid = conn.info.backend_pid
+
+    @classmethod
+    def acquire(cls, conn: Connection[Any], key: int) -> PsycopgAdvisoryLock | None:
+        """Try to lock ``key`` on ``conn`` (autocommit, dedicated; the lock owns it).
+
+        Closes ``conn`` and returns ``None`` when another session holds the lock.
+        """
+        try:
+            rows = _run(conn, "SELECT pg_try_advisory_lock($1)", (key,), True)
+        except BaseException:
+            conn.close()
+            raise
+        if not rows[0][0]:
+            conn.close()
+            return None
+        return cls(conn, key)
 
     @property
     def key(self) -> int:

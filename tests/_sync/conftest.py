@@ -2,22 +2,40 @@
 # Do not edit it by hand: edit the source and run `make generate`.
 """Driver and client fixtures for the asyncio suite (the sync suite's are generated from these).
 
-``driver`` is parametrized over every way an adapter can be built; a new adapter joins the
-conformance suite and every feature test by adding its modes to ``DRIVER_MODES``.
+``driver`` is parametrized over every way an adapter can be built; an adapter joins the
+conformance suite and every feature test by adding its modes to ``DRIVER_MODES``. Modes of
+asyncio-only libraries exist only here, not in the generated sync suite.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from psycopg import Connection
 from psycopg_pool import ConnectionPool
+from sqlalchemy import create_engine
 
 import pgqueue
 from pgqueue_adapters.psycopg import PsycopgDriver, sync_connect
+from pgqueue_adapters.sqlalchemy import SQLAlchemyDriver
 
-DRIVER_MODES = ["psycopg-url", "psycopg-pool", "psycopg-conn"]
+DRIVER_MODES = [
+    "psycopg-url",
+    "psycopg-pool",
+    "psycopg-conn",
+    "sqlalchemy-engine",
+    "sqlalchemy-conn",
+]
+
+
+def sqlalchemy_url(database_url: str, dialect: str = "psycopg") -> str:
+    return database_url.replace("postgresql://", f"postgresql+{dialect}://", 1)
+
+
+def sqlalchemy_engine(database_url: str, **kwargs: Any) -> Any:
+    return create_engine(sqlalchemy_url(database_url), **kwargs)
 
 
 @pytest.fixture(params=DRIVER_MODES)
@@ -41,6 +59,20 @@ def driver(request: pytest.FixtureRequest, database_url: str) -> Iterator[pgqueu
         yield drv
         drv.close()
         conn.close()
+    elif mode == "sqlalchemy-engine":
+        engine = create_engine(sqlalchemy_url(database_url), pool_size=4)
+        sa_drv = SQLAlchemyDriver(engine)
+        yield sa_drv
+        sa_drv.close()
+        engine.dispose()
+    elif mode == "sqlalchemy-conn":
+        engine = create_engine(sqlalchemy_url(database_url), pool_size=2)
+        sa_conn = engine.connect()
+        sa_drv = SQLAlchemyDriver(sa_conn)
+        yield sa_drv
+        sa_drv.close()
+        sa_conn.close()
+        engine.dispose()
     else:  # pragma: no cover
         raise AssertionError(mode)
 
@@ -54,7 +86,7 @@ def client(driver: pgqueue.Driver, settings: pgqueue.Settings) -> pgqueue.Client
 
 @pytest.fixture
 def native_conn(database_url: str) -> Iterator[Connection]:
-    """A caller's own connection, for the *_with_tx tests."""
+    """A caller's own psycopg connection, for the *_with_tx tests."""
     conn = Connection.connect(database_url)
     yield conn
     conn.close()

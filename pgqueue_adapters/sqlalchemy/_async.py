@@ -1,0 +1,707 @@
+"""The SQLAlchemy 2 adapter: ``AsyncDriver`` on an ``AsyncEngine``, ``AsyncConnection`` or session.
+
+This is the asyncio adapter; ``pgqueue_adapters/sqlalchemy/_sync.py`` (the sync one, on an
+``Engine``, ``Connection`` or ``Session``) is generated from it.
+
+Statements go through ``exec_driver_sql``: pgqueue's ``$1, $2, ...`` placeholders are rewritten
+into the DBAPI paramstyle of the engine's dialect, so they reach the database library as they
+would without SQLAlchemy. Listeners, advisory locks and ``COPY`` need a library-level session,
+so they are supported on the ``psycopg`` dialect (and, asyncio only, ``asyncpg``): each
+listener or lock opens a dedicated connection with that library, from the engine's URL.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager, suppress
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import sqlalchemy.ext.asyncio as sa  # sync: import sqlalchemy as sa
+from sqlalchemy import URL, make_url
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.asyncio import AsyncSession  # sync: from sqlalchemy.orm import Session
+from sqlalchemy.pool import PoolProxiedConnection
+
+from pgqueue._async.compat import Lock
+from pgqueue._async.driver import AsyncAdvisoryLock, AsyncListener
+from pgqueue.drivers import Params, Row
+from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError, DriverNotInstalled
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = [
+    "AsyncSQLAlchemyDriver",
+    "AsyncSQLAlchemyTxDriver",
+    # sync: "convert_placeholders",
+    "async_connect",
+    "async_from_native",
+    "async_wrap_transaction",
+    "convert_placeholders",  # async-only
+    "translate_error",
+]
+
+# Which side this module is: objects of the other side get a message naming the right client.
+_IS_ASYNC_SIDE = True  # sync: _IS_ASYNC_SIDE = False
+_OTHER_SIDE = "use pgqueue.Client with it"  # sync: _OTHER_SIDE = "use pgqueue.AsyncClient with it"
+# The dialects whose library can open the dedicated sessions of listeners and advisory locks.
+_DEDICATED_DRIVERS = ("psycopg", "asyncpg")  # sync: _DEDICATED_DRIVERS = ("psycopg",)
+_DEDICATED_HINT = "postgresql+psycopg:// or postgresql+asyncpg://"  # sync: _DEDICATED_HINT = "postgresql+psycopg://"
+# URL query keys that SQLAlchemy's dialects consume themselves; the libraries would reject them.
+_SQLALCHEMY_QUERY_KEYS = (
+    "async_fallback",  # sync: "async_fallback",
+    "prepared_statement_cache_size",
+    "prepared_statement_name_func",
+)
+
+# Errors that statements and connection checkouts can raise: SQLAlchemy wraps the DBAPI's
+# errors, but its asyncpg dialect lets a failed connect's OSError through as it is.
+_DB_ERRORS = (sa_exc.DBAPIError, OSError)
+# SQLSTATEs that mean the session is gone: admin_shutdown (pg_terminate_backend), crash_shutdown,
+# cannot_connect_now; class 08 is connection exceptions.
+_LOST_STATES = {"57P01", "57P02", "57P03"}
+
+
+# -- placeholders -------------------------------------------------------------------------------
+
+# "$" inside an identifier (a$1) is part of the name, not a placeholder.
+_PLACEHOLDER_RE = re.compile(r"(?<![\w$])\$(\d+)")
+
+
+class Converted(NamedTuple):
+    """A statement rewritten for one DBAPI paramstyle, and how to lay out its parameters.
+
+    ``shape`` is ``"tuple"`` (the parameters as given), ``"dict"`` (``{"p1": $1, ...}``) or
+    ``"order"`` (a tuple of the parameters at the 0-based indexes in ``order``, one per
+    placeholder, repeats included).
+    """
+
+    sql: str
+    shape: str
+    order: tuple[int, ...] = ()
+
+
+@functools.lru_cache(maxsize=1024)
+def convert_placeholders(sql: str, paramstyle: str) -> Converted:
+    """Rewrite ``$1, $2, ...`` placeholders of ``sql`` into DBAPI ``paramstyle`` (cached).
+
+    ``numeric_dollar`` is PostgreSQL's own style and passes through; ``pyformat`` gives
+    ``%(p1)s``, ``format`` ``%s``, ``named`` ``:p1``, ``numeric`` ``:1`` and ``qmark`` ``?``.
+    In the ``%`` styles a literal ``%`` is doubled. The statement must not contain ``$n``
+    inside string literals (pgqueue's never do).
+    """
+    if paramstyle == "numeric_dollar":
+        return Converted(sql, "tuple")
+    if paramstyle in ("pyformat", "format"):
+        sql = sql.replace("%", "%%")
+    order: list[int] = []
+
+    def colon(match: re.Match[str], text: str) -> str:
+        # ":" right before the placeholder (an array slice a[1:$2]) must not make a "::" cast.
+        return " " + text if match.start() > 0 and match.string[match.start() - 1] == ":" else text
+
+    def replace(match: re.Match[str]) -> str:
+        n = int(match[1])
+        if n < 1:
+            raise ConfigurationError(f"invalid placeholder ${n} in {sql!r}")
+        if paramstyle == "pyformat":
+            return f"%(p{n})s"
+        if paramstyle == "named":
+            return colon(match, f":p{n}")
+        if paramstyle == "numeric":
+            return colon(match, f":{n}")
+        order.append(n - 1)
+        return "%s" if paramstyle == "format" else "?"
+
+    if paramstyle not in ("pyformat", "format", "named", "numeric", "qmark"):
+        raise ConfigurationError(f"unsupported DBAPI paramstyle {paramstyle!r}")
+    converted = _PLACEHOLDER_RE.sub(replace, sql)
+    if paramstyle in ("pyformat", "named"):
+        return Converted(converted, "dict")
+    if paramstyle == "numeric":
+        return Converted(converted, "tuple")
+    return Converted(converted, "order", tuple(order))
+
+
+def bind_params(
+    sql: str, params: Params, paramstyle: str
+) -> tuple[str, tuple[Any, ...] | dict[str, Any]]:
+    """Return ``sql`` and ``params`` laid out for a DBAPI of ``paramstyle``."""
+    converted = convert_placeholders(sql, paramstyle)
+    if converted.shape == "dict":
+        return converted.sql, {f"p{i}": value for i, value in enumerate(params, 1)}
+    if converted.shape == "order":
+        try:
+            return converted.sql, tuple(params[i] for i in converted.order)
+        except IndexError:
+            raise ConfigurationError(
+                f"the statement uses ${max(converted.order) + 1} but only {len(params)} "
+                "parameters were given"
+            ) from None
+    return converted.sql, tuple(params)
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+
+def translate_error(exc: BaseException) -> DatabaseError:
+    """Map a SQLAlchemy error (or a raw connect ``OSError``) to pgqueue's errors.
+
+    The sqlstate and constraint name come from the DBAPI exception (``exc.orig``) or, for
+    SQLAlchemy's asyncpg dialect, from the asyncpg exception it wraps (``orig.__cause__``).
+    """
+    if not isinstance(exc, sa_exc.DBAPIError):
+        message = str(exc).strip() or type(exc).__name__
+        if isinstance(exc, OSError):
+            return ConnectionLost(f"lost the database connection: {message}")
+        return DatabaseError(message)
+    orig = exc.orig
+    native = orig.__cause__ if orig is not None and orig.__cause__ is not None else orig
+    state: str | None = None
+    constraint: str | None = None
+    for candidate in (native, orig):
+        state = state or getattr(candidate, "sqlstate", None) or getattr(candidate, "pgcode", None)
+        constraint = constraint or getattr(candidate, "constraint_name", None)
+        diag = getattr(candidate, "diag", None)
+        constraint = constraint or getattr(diag, "constraint_name", None)
+    message = str(native if native is not None else exc).strip() or type(exc).__name__
+    detail = getattr(native, "detail", None)  # asyncpg keeps it apart; psycopg's text has it
+    if isinstance(detail, str) and detail and detail not in message:
+        message = f"{message}\nDETAIL: {detail}"
+    lost = (
+        exc.connection_invalidated
+        or isinstance(exc, sa_exc.InterfaceError)
+        or (state is not None and (state.startswith("08") or state in _LOST_STATES))
+        or (isinstance(exc, sa_exc.OperationalError) and state is None)
+    )
+    if lost:
+        return ConnectionLost(f"lost the database connection: {message}", state)
+    return DatabaseError(message, state, constraint)
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _describe(obj: object) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def _refuse_other_side(obj: object) -> None:
+    """Raise if ``obj`` is a SQLAlchemy object of the other (sync or asyncio) side."""
+    module = type(obj).__module__ or ""
+    if not module.startswith("sqlalchemy"):
+        return
+    is_async = module.startswith("sqlalchemy.ext.asyncio")
+    if is_async != _IS_ASYNC_SIDE:
+        flavour = "an asyncio" if is_async else "a sync"
+        raise ConfigurationError(
+            f"{type(obj).__qualname__} is {flavour} SQLAlchemy object: {_OTHER_SIDE}"
+        )
+
+
+def _unscope(obj: object) -> object:
+    """Return the current session of a scoped session (Flask-SQLAlchemy's ``db.session``)."""
+    # Matched by name, so that both sides know scoped_session and its asyncio twin.
+    if type(obj).__name__.endswith("scoped_session") and callable(obj):
+        return obj()
+    return obj
+
+
+def _check_dialect(dialect: Dialect) -> None:
+    if dialect.name != "postgresql":
+        raise ConfigurationError(
+            f"pgqueue needs PostgreSQL, but the SQLAlchemy engine's dialect is {dialect.name!r}"
+        )
+    if dialect.is_async != _IS_ASYNC_SIDE:
+        raise ConfigurationError(
+            f"the engine's {dialect.driver} dialect is "
+            f"{'asyncio' if dialect.is_async else 'sync'}: {_OTHER_SIDE}"
+        )
+
+
+def _require_library(dialect: Dialect) -> None:
+    """Raise unless pgqueue can use the dialect's library directly (dedicated sessions, COPY)."""
+    if dialect.driver not in _DEDICATED_DRIVERS:
+        raise ConfigurationError(
+            f"listeners, advisory locks and COPY need an engine on {_DEDICATED_HINT}; "
+            f"this one uses {dialect.name}+{dialect.driver}"
+        )
+
+
+def _dedicated_dsn(dialect: Dialect, url: URL) -> str:
+    """Return the plain ``postgresql://`` URL that a dedicated session connects to."""
+    _require_library(dialect)
+    plain = url.set(drivername="postgresql").difference_update_query(_SQLALCHEMY_QUERY_KEYS)
+    return plain.render_as_string(hide_password=False)
+
+
+async def _psycopg_connect(dsn: str) -> psycopg.AsyncConnection[Any]:
+    """Open a dedicated autocommit psycopg connection."""
+    import psycopg
+
+    from pgqueue_adapters.psycopg._async import translate_error as psycopg_error
+
+    try:
+        return await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    except psycopg.Error as exc:
+        raise psycopg_error(exc) from exc
+
+
+# async-only: begin
+async def _asyncpg_connect(dsn: str) -> Any:
+    """Open a dedicated asyncpg connection (asyncpg connections are in autocommit mode)."""
+    import asyncpg
+
+    from pgqueue_adapters.asyncpg import translate_error as asyncpg_error
+
+    try:
+        return await asyncpg.connect(dsn)
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        raise asyncpg_error(exc) from exc
+
+
+def _is_script(sql: str) -> bool:
+    """Return True if ``sql`` may hold several statements (a ``;`` with text after it)."""
+    return ";" in sql.rstrip().rstrip(";")
+
+
+async def _asyncpg_script(conn: sa.AsyncConnection, sql: str) -> None:
+    """Run a parameterless script of several statements in ``conn``'s transaction.
+
+    SQLAlchemy's asyncpg dialect prepares every statement, and a prepared statement holds one
+    command; asyncpg's own ``execute()`` without arguments uses the simple query protocol,
+    which takes a script (a migration file).
+    """
+    import asyncpg
+
+    from pgqueue_adapters.asyncpg import translate_error as asyncpg_error
+
+    try:
+        raw: Any = (await _pool_connection(conn)).driver_connection
+        if not raw.is_in_transaction():
+            # Have SQLAlchemy's adapter send its BEGIN, so that the script runs inside it.
+            await conn.exec_driver_sql(";")
+    except _DB_ERRORS as exc:
+        raise translate_error(exc) from exc
+    try:
+        await raw.execute(sql)
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        raise asyncpg_error(exc) from exc
+
+
+# async-only: end
+
+
+async def _run(conn: sa.AsyncConnection, sql: str, params: Params, fetch: bool) -> list[Row]:
+    # async-only: begin
+    if not params and conn.dialect.driver == "asyncpg" and _is_script(sql):
+        await _asyncpg_script(conn, sql)
+        return []
+    # async-only: end
+    statement, bound = bind_params(sql, params, conn.dialect.paramstyle)
+    try:
+        result = await conn.exec_driver_sql(statement, bound)
+    except _DB_ERRORS as exc:
+        raise translate_error(exc) from exc
+    if fetch and result.returns_rows:
+        return [tuple(row) for row in result]
+    result.close()
+    return []
+
+
+# -- the driver ---------------------------------------------------------------------------------
+
+
+class AsyncSQLAlchemyDriver:
+    """``AsyncDriver`` over SQLAlchemy 2: an ``AsyncEngine``, or one ``AsyncConnection`` (locked).
+
+    Every statement outside ``with_tx`` runs in its own transaction and commits. Listeners and
+    advisory locks always get a dedicated connection of the dialect's library (psycopg or
+    asyncpg), opened from the engine's URL: connection arguments given to the engine in other
+    ways (``connect_args``, ``do_connect`` events) do not reach it. ``close()`` disposes of the
+    engine only if the driver owns it (see :func:`async_connect`).
+    """
+
+    def __init__(
+        self, source: sa.AsyncEngine | sa.AsyncConnection, *, owns_source: bool = False
+    ) -> None:
+        _refuse_other_side(source)
+        self._engine: sa.AsyncEngine | None = None
+        self._conn: sa.AsyncConnection | None = None
+        if isinstance(source, sa.AsyncEngine):
+            self._engine = source
+        elif isinstance(source, sa.AsyncConnection):
+            self._conn = source
+        else:
+            raise ConfigurationError(
+                "AsyncSQLAlchemyDriver needs a SQLAlchemy AsyncEngine or AsyncConnection, "
+                f"got {_describe(source)}"
+            )
+        self._dialect = source.dialect
+        self._url = source.engine.url
+        _check_dialect(self._dialect)
+        self._owns_source = owns_source
+        self._lock = Lock()
+
+    @asynccontextmanager
+    async def _idle_connection(self) -> AsyncIterator[sa.AsyncConnection]:
+        """Yield a connection with no transaction: from the engine, or ours under the lock."""
+        if self._engine is not None:
+            try:
+                conn = await self._engine.connect()
+            except _DB_ERRORS as exc:
+                raise translate_error(exc) from exc
+            try:
+                yield conn
+            finally:
+                await conn.close()
+            return
+        assert self._conn is not None
+        async with self._lock:
+            # Work of ours must commit on its own; on a connection the caller left inside a
+            # transaction it would only become part of theirs.
+            if self._conn.in_transaction():
+                raise ConfigurationError(
+                    "the SQLAlchemy connection given to pgqueue is inside a transaction: give "
+                    "pgqueue an idle connection (or an engine), and use add_job_with_tx to "
+                    "enqueue inside your transaction"
+                )
+            yield self._conn
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[sa.AsyncConnection]:
+        """Yield a connection in a new transaction, committed if the block ends normally.
+
+        Errors of the begin and the commit are translated, the block's own pass unchanged.
+        """
+        async with self._idle_connection() as conn:
+            try:
+                await conn.begin()
+                await _refuse_autocommit(conn)
+            except _DB_ERRORS as exc:
+                raise translate_error(exc) from exc
+            try:
+                yield conn
+            except BaseException:
+                # The block's error says more than a failed rollback (on a broken connection,
+                # which SQLAlchemy discards anyway).
+                with suppress(*_DB_ERRORS):
+                    await conn.rollback()
+                raise
+            try:
+                await conn.commit()
+            except _DB_ERRORS as exc:
+                raise translate_error(exc) from exc
+
+    async def _statement(self, sql: str, params: Params, fetch: bool) -> list[Row]:
+        async with self._transaction() as conn:
+            return await _run(conn, sql, params, fetch)
+
+    async def exec(self, sql: str, params: Params = ()) -> None:
+        """Run one statement in its own transaction."""
+        await self._statement(sql, params, False)
+
+    async def query(self, sql: str, params: Params = ()) -> list[Row]:
+        """Run one statement in its own transaction and return its rows."""
+        return await self._statement(sql, params, True)
+
+    @asynccontextmanager
+    async def with_tx(self) -> AsyncIterator[AsyncSQLAlchemyTxDriver]:
+        """Run the block in a transaction on one connection; yields a driver bound to it."""
+        async with self._transaction() as conn:
+            yield AsyncSQLAlchemyTxDriver(conn, parent=self)
+
+    async def listener(self, channel: str) -> AsyncListener:
+        """Open a dedicated connection that LISTENs on ``channel``."""
+        dsn = _dedicated_dsn(self._dialect, self._url)
+        # async-only: begin
+        if self._dialect.driver == "asyncpg":
+            from pgqueue_adapters.asyncpg import AsyncpgListener
+
+            listener: AsyncListener = await AsyncpgListener.start(
+                await _asyncpg_connect(dsn), channel
+            )
+            return listener
+        # async-only: end
+        from pgqueue_adapters.psycopg._async import AsyncPsycopgListener
+
+        return await AsyncPsycopgListener.start(await _psycopg_connect(dsn), channel)
+
+    async def try_advisory_lock(self, key: int) -> AsyncAdvisoryLock | None:
+        """Try to take advisory lock ``key`` on a new dedicated connection, without waiting."""
+        dsn = _dedicated_dsn(self._dialect, self._url)
+        # async-only: begin
+        if self._dialect.driver == "asyncpg":
+            from pgqueue_adapters.asyncpg import AsyncpgAdvisoryLock
+
+            lock: AsyncAdvisoryLock | None = await AsyncpgAdvisoryLock.acquire(
+                await _asyncpg_connect(dsn), key
+            )
+            return lock
+        # async-only: end
+        from pgqueue_adapters.psycopg._async import AsyncPsycopgAdvisoryLock
+
+        return await AsyncPsycopgAdvisoryLock.acquire(await _psycopg_connect(dsn), key)
+
+    async def copy_records(
+        self,
+        schema: str,
+        table: str,
+        columns: Sequence[str],
+        records: Iterable[Sequence[Any]],
+    ) -> int:
+        """Load ``records`` into ``schema.table`` with ``COPY FROM STDIN``, in one transaction.
+
+        Runs on the database library's own connection beneath SQLAlchemy's, which needs one
+        of the dialects whose library pgqueue knows (see the module docstring).
+        """
+        _require_library(self._dialect)
+        async with self._transaction() as conn:
+            try:
+                raw: Any = (await _pool_connection(conn)).driver_connection
+            except _DB_ERRORS as exc:
+                raise translate_error(exc) from exc
+            # async-only: begin
+            if self._dialect.driver == "asyncpg":
+                return await _asyncpg_copy(raw, schema, table, columns, records)
+            # async-only: end
+            return await _psycopg_copy(raw, schema, table, columns, records)
+
+    async def close(self) -> None:
+        """Dispose of the engine if this driver created it; otherwise leave the caller's open."""
+        if not self._owns_source:
+            return
+        if self._engine is not None:
+            await self._engine.dispose()
+        elif self._conn is not None:
+            await self._conn.close()
+
+
+async def _pool_connection(conn: sa.AsyncConnection) -> PoolProxiedConnection:
+    """Return the pool's proxy of the DBAPI connection under ``conn``."""
+    return await conn.get_raw_connection()  # sync: return conn.connection
+
+
+async def _refuse_autocommit(conn: sa.AsyncConnection) -> None:
+    """Raise if ``conn`` runs in AUTOCOMMIT isolation, where transactions do not hold."""
+    raw = await _pool_connection(conn)
+    if getattr(raw.dbapi_connection, "autocommit", False) is True:
+        raise ConfigurationError(
+            "the SQLAlchemy engine or connection runs with isolation_level='AUTOCOMMIT': "
+            "pgqueue needs real transactions, give it one without that setting"
+        )
+
+
+async def _psycopg_copy(
+    raw: psycopg.AsyncConnection[Any],
+    schema: str,
+    table: str,
+    columns: Sequence[str],
+    records: Iterable[Sequence[Any]],
+) -> int:
+    from psycopg import Error, sql
+
+    from pgqueue_adapters.psycopg._async import translate_error as psycopg_error
+
+    statement = sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
+        sql.Identifier(schema),
+        sql.Identifier(table),
+        sql.SQL(", ").join(sql.Identifier(c) for c in columns),
+    )
+    count = 0
+    try:
+        async with raw.cursor() as cur, cur.copy(statement) as copy:
+            for record in records:
+                await copy.write_row(record)
+                count += 1
+    except Error as exc:
+        raise psycopg_error(exc) from exc
+    return count
+
+
+# async-only: begin
+async def _asyncpg_copy(
+    raw: Any,
+    schema: str,
+    table: str,
+    columns: Sequence[str],
+    records: Iterable[Sequence[Any]],
+) -> int:
+    import asyncpg
+
+    from pgqueue_adapters.asyncpg import translate_error as asyncpg_error
+
+    try:
+        status = await raw.copy_records_to_table(
+            table, records=records, columns=list(columns), schema_name=schema
+        )
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        raise asyncpg_error(exc) from exc
+    return int(status.split()[-1])  # "COPY <count>"
+
+
+# async-only: end
+
+
+class AsyncSQLAlchemyTxDriver:
+    """A driver bound to an open transaction: a connection's, or a session's (``AsyncSession``).
+
+    It never commits or rolls back; nested ``with_tx`` makes a savepoint. On a session, every
+    statement runs on ``session.connection()``, so it joins the session's transaction.
+    """
+
+    def __init__(
+        self,
+        source: sa.AsyncConnection | AsyncSession,
+        parent: AsyncSQLAlchemyDriver | None = None,
+    ) -> None:
+        _refuse_other_side(source)
+        if not isinstance(source, sa.AsyncConnection | AsyncSession):
+            raise ConfigurationError(
+                "AsyncSQLAlchemyTxDriver needs a SQLAlchemy AsyncConnection or AsyncSession, "
+                f"got {_describe(source)}"
+            )
+        self._source = source
+        self._parent = parent
+
+    async def _connection(self) -> sa.AsyncConnection:
+        if isinstance(self._source, AsyncSession):
+            try:
+                return await self._source.connection()
+            except _DB_ERRORS as exc:
+                raise translate_error(exc) from exc
+        return self._source
+
+    async def exec(self, sql: str, params: Params = ()) -> None:
+        """Run one statement in the transaction."""
+        await _run(await self._connection(), sql, params, False)
+
+    async def query(self, sql: str, params: Params = ()) -> list[Row]:
+        """Run one statement in the transaction and return its rows."""
+        return await _run(await self._connection(), sql, params, True)
+
+    @asynccontextmanager
+    async def with_tx(self) -> AsyncIterator[AsyncSQLAlchemyTxDriver]:
+        """Run the block in a savepoint of the current transaction."""
+        try:
+            savepoint = await self._source.begin_nested()
+        except _DB_ERRORS as exc:
+            raise translate_error(exc) from exc
+        try:
+            yield self
+        except BaseException:
+            with suppress(*_DB_ERRORS):  # the block's error says more
+                await savepoint.rollback()
+            raise
+        try:
+            await savepoint.commit()
+        except _DB_ERRORS as exc:
+            raise translate_error(exc) from exc
+
+    def _require_parent(self) -> AsyncSQLAlchemyDriver:
+        if self._parent is None:
+            raise ConfigurationError(
+                "listeners and advisory locks need a driver built from an engine or a URL, "
+                "not from a caller's transaction"
+            )
+        return self._parent
+
+    async def listener(self, channel: str) -> AsyncListener:
+        """Open a dedicated listening connection (through the parent driver)."""
+        return await self._require_parent().listener(channel)
+
+    async def try_advisory_lock(self, key: int) -> AsyncAdvisoryLock | None:
+        """Try to take an advisory lock on a dedicated connection (through the parent driver)."""
+        return await self._require_parent().try_advisory_lock(key)
+
+    async def close(self) -> None:
+        """Do nothing: the transaction belongs to whoever opened it."""
+
+
+# -- entry points -------------------------------------------------------------------------------
+
+
+def _engine_url(url: str) -> URL:
+    """Parse ``url``; a plain ``postgresql://`` one gets the psycopg dialect."""
+    try:
+        parsed = make_url(url)
+    except sa_exc.ArgumentError as exc:
+        raise ConfigurationError(f"not a database URL: {exc}") from exc
+    backend, _, dialect = parsed.drivername.partition("+")
+    if backend == "postgres":  # libpq's alias, which SQLAlchemy no longer knows
+        backend = "postgresql"
+    return parsed.set(drivername=f"{backend}+{dialect or 'psycopg'}")
+
+
+async def async_connect(url: str, *, pool_size: int = 10) -> AsyncSQLAlchemyDriver:
+    """Create an engine on ``url`` and return a driver that owns it.
+
+    ``driver.close()`` disposes of the engine. A plain ``postgresql://`` URL uses psycopg 3,
+    ``postgresql+asyncpg://`` uses asyncpg. Connects once first, so that an unreachable
+    database fails now.
+    """
+    parsed = _engine_url(url)
+    try:
+        engine = sa.create_async_engine(parsed, pool_size=pool_size)
+    except ImportError as exc:
+        raise DriverNotInstalled(
+            f"SQLAlchemy cannot load the driver of {parsed.drivername}://: {exc}"
+        ) from exc
+    except sa_exc.SQLAlchemyError as exc:
+        raise ConfigurationError(
+            f"cannot use {parsed.render_as_string(hide_password=True)}: {exc}"
+        ) from exc
+    try:
+        driver = AsyncSQLAlchemyDriver(engine, owns_source=True)
+        try:
+            probe = await engine.connect()
+        except _DB_ERRORS as exc:
+            message = str(translate_error(exc)).removeprefix("lost the database connection: ")
+            raise ConnectionLost(f"cannot connect to the database: {message}") from exc
+        await probe.close()
+    except BaseException:
+        await engine.dispose()
+        raise
+    return driver
+
+
+def async_from_native(obj: object) -> AsyncSQLAlchemyDriver:
+    """Return a driver that uses a caller's ``AsyncEngine`` or ``AsyncConnection``.
+
+    Given a session (``AsyncSession``, or a scoped session), the driver uses the engine or
+    connection it is bound to. The driver never disposes of or closes what it was given.
+    """
+    obj = _unscope(obj)
+    _refuse_other_side(obj)
+    if isinstance(obj, AsyncSession):
+        bind = obj.bind
+        if not isinstance(bind, sa.AsyncEngine | sa.AsyncConnection):
+            raise ConfigurationError(
+                "the AsyncSession is not bound to an AsyncEngine: pass the engine instead"
+            )
+        obj = bind
+    if isinstance(obj, sa.AsyncEngine | sa.AsyncConnection):
+        return AsyncSQLAlchemyDriver(obj)
+    raise ConfigurationError(
+        f"cannot use a {_describe(obj)} here: pass a SQLAlchemy AsyncEngine, AsyncConnection "
+        "or AsyncSession"
+    )
+
+
+def async_wrap_transaction(obj: object) -> AsyncSQLAlchemyTxDriver:
+    """Return a driver that runs statements in a caller's transaction, and never commits it.
+
+    ``obj`` is the ``AsyncConnection`` or ``AsyncSession`` that holds the transaction; a scoped
+    session stands for its current session.
+    """
+    obj = _unscope(obj)
+    _refuse_other_side(obj)
+    if isinstance(obj, sa.AsyncConnection | AsyncSession):
+        return AsyncSQLAlchemyTxDriver(obj)
+    raise ConfigurationError(
+        f"cannot enqueue in a {_describe(obj)}: pass the SQLAlchemy AsyncConnection or "
+        "AsyncSession that holds your transaction"
+    )
