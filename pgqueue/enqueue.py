@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from .errors import InvalidJobOptions, JobSerializationError, PayloadTooLarge, UnknownJobKind
@@ -20,8 +20,10 @@ from .options import JobOptionKwargs, JobOptions
 from .settings import Settings
 
 __all__ = [
+    "COPY_COLUMNS",
     "PreparedJob",
     "call_options",
+    "copy_records",
     "encode_payload",
     "handles_from_rows",
     "insert_many_params",
@@ -157,6 +159,47 @@ def insert_many_params(jobs: Sequence[PreparedJob]) -> tuple[list[Any], ...]:
         for column, value in zip(columns, job.params(), strict=True):
             column.append(value)
     return columns
+
+
+COPY_COLUMNS = (
+    "id",
+    "kind",
+    "queue",
+    "payload",
+    "priority",
+    "max_attempts",
+    "scheduled_for",
+    "key",
+    "options",
+)
+
+
+def copy_records(
+    jobs: Sequence[PreparedJob], reserved: Sequence[Sequence[Any]]
+) -> list[tuple[Any, ...]]:
+    """Rows for a bulk COPY (in ``COPY_COLUMNS`` order) and their due times.
+
+    ``reserved`` holds ``(id, now)`` pairs from ``job_reserve_ids``: the ids in input order, and
+    the database clock that ``run_in`` counts from, as the INSERT statements do.
+    """
+    ordered = sorted(reserved, key=lambda row: int(row[0]))
+    records = []
+    for job, (job_id, now) in zip(jobs, ordered, strict=True):
+        due = job.run_at if job.run_at is not None else now + timedelta(seconds=job.run_in or 0)
+        records.append(
+            (
+                job_id,
+                job.kind,
+                job.queue,
+                job.payload,
+                job.priority,
+                job.max_attempts,
+                due,
+                job.key,
+                job.options,
+            )
+        )
+    return records
 
 
 def handles_from_rows(

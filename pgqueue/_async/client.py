@@ -18,8 +18,10 @@ from typing_extensions import Unpack
 
 from ..drivers import adapter_for_native, load_adapter, resolve_driver_name
 from ..enqueue import (
+    COPY_COLUMNS,
     PreparedJob,
     call_options,
+    copy_records,
     handles_from_rows,
     insert_many_params,
     prepare,
@@ -30,7 +32,7 @@ from ..options import JobOptionKwargs, JobOptions
 from ..queries import Queries, queries_for
 from ..runtime_config import RuntimeConfig
 from ..settings import Settings
-from .driver import AsyncDriver
+from .driver import AsyncDriver, AsyncSupportsCopy
 from .runtime import AsyncRuntime
 from .schema import schema_migrate, schema_version
 
@@ -39,6 +41,8 @@ __all__ = ["AsyncClient", "JobInfo"]
 # Rows per job_insert_many statement: large enough to amortise the round trip, small enough to
 # keep the arrays of one statement to a few MB.
 INSERT_CHUNK = 5000
+# From this many jobs, add_jobs loads them with COPY when the driver can.
+COPY_MIN = 2000
 
 JobSpec = Worker | tuple[Worker, JobOptions | None]
 """An item of ``add_jobs``: a job, or a job with options for that job alone."""
@@ -293,10 +297,14 @@ class AsyncClient:
         """Enqueue many jobs in one transaction (all or none); return handles in input order.
 
         Each item is a job or a ``(job, JobOptions)`` pair; ``options`` applies to every item
-        under its own options. Any number of jobs: they are sent in chunks of array parameters,
-        so PostgreSQL's bind-parameter limit never applies.
+        under its own options. Any number of jobs: large batches go through ``COPY`` when the
+        driver offers it, else in chunks of array parameters, so PostgreSQL's bind-parameter
+        limit never applies.
         """
-        return await self._insert(self.driver, self._prepare_many(jobs, options))
+        prepared = self._prepare_many(jobs, options)
+        if len(prepared) >= COPY_MIN and isinstance(self.driver, AsyncSupportsCopy):
+            return await self._copy(self.driver, prepared)
+        return await self._insert(self.driver, prepared)
 
     async def add_jobs_with_tx(
         self, tx: object, jobs: Iterable[JobSpec], *, options: JobOptions | None = None
@@ -339,6 +347,23 @@ class AsyncClient:
         except DatabaseError as exc:
             raise self._translate(exc) from exc
         return handles_from_rows(jobs, rows)
+
+    async def _copy(
+        self, driver: AsyncSupportsCopy, jobs: Sequence[PreparedJob]
+    ) -> list[JobHandle]:
+        # Ids first (a sequence gap if the COPY fails is harmless), then one COPY in its own
+        # transaction, then the wake-up that INSERT statements send by themselves.
+        q, settings = self._queries, self.settings
+        try:
+            reserved = await self.driver.query(q.job_reserve_ids, (q.table("jobs"), len(jobs)))
+            records = copy_records(jobs, reserved)
+            table = settings.prefix + "jobs"
+            await driver.copy_records(settings.schema, table, COPY_COLUMNS, records)
+            queues = sorted({job.queue for job in jobs})
+            await self.driver.query(q.job_notify_queues, (settings.channel, queues))
+        except DatabaseError as exc:
+            raise self._translate(exc) from exc
+        return handles_from_rows(jobs, [(r[0], r[6]) for r in records])
 
     def _translate(self, exc: DatabaseError) -> Exception:
         if exc.sqlstate == "42P01":  # undefined_table

@@ -72,6 +72,14 @@ WITH ins AS (
 )
 SELECT ins.id, ins.scheduled_for, woken.n FROM ins, woken;
 
+-- name: job_reserve_ids
+-- Ids (and the database clock) for a bulk COPY of $2 jobs into table $1.
+SELECT nextval(pg_get_serial_sequence($1, 'id')), now() FROM generate_series(1, $2);
+
+-- name: job_notify_queues
+-- After a bulk COPY: one wake-up per queue ($2) on channel $1.
+SELECT count(pg_notify($1, 'q:' || q)) FROM unnest($2::text[]) AS q;
+
 -- name: job_claim
 -- Claim up to $3 due jobs of queue $1 whose kind this process runs ($2), in claim order, and
 -- stamp them with this instance ($4), a lease token ($5) and the attempt they start.

@@ -329,3 +329,40 @@ def test_enqueue_before_migrate_says_what_to_do(
     client = pgqueue.Client(driver, settings=settings)
     with pytest.raises(pgqueue.SchemaNotMigrated, match="migrate"):
         client.add_job(SendEmail(to="x"))
+
+
+def test_large_batches_keep_every_option(client: pgqueue.Client, db, jobs_table: str) -> None:
+    # above COPY_MIN: loaded with COPY where the driver offers it, with the same results
+    when = datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC)
+    items: list[Any] = [SendEmail(to=str(i)) for i in range(2500)]
+    items[10] = (SendEmail(to="delayed"), pgqueue.JobOptions(run_in=timedelta(hours=2)))
+    items[20] = (SendEmail(to="dated"), pgqueue.JobOptions(run_at=when, job_id="k-20"))
+    items[30] = Resize(path="p")
+    handles = client.add_jobs(items)
+    assert [h.id for h in handles] == sorted(h.id for h in handles)
+    rows = dict(
+        (r[0], r[1:])
+        for r in db.rows(
+            f"SELECT id, payload->>'to', queue, priority, key, scheduled_for, "
+            f"scheduled_for - created_at FROM {jobs_table}"
+        )
+    )
+    assert len(rows) == 2500
+    assert rows[handles[0].id][0] == "0"
+    assert rows[handles[2499].id][0] == "2499"
+    delay = rows[handles[10].id][5]
+    assert timedelta(hours=2) - timedelta(seconds=5) < delay <= timedelta(hours=2)
+    assert rows[handles[20].id][3:5] == ("k-20", when)
+    assert handles[20].scheduled_for == when
+    assert rows[handles[30].id][1:3] == ("images", 5)
+
+
+def test_large_batch_with_a_conflicting_job_id_inserts_nothing(
+    client: pgqueue.Client, db, jobs_table: str
+) -> None:
+    client.add_job(SendEmail(to="first"), job_id="taken")
+    items: list[Any] = [SendEmail(to=str(i)) for i in range(2500)]
+    items[1234] = (SendEmail(to="dup"), pgqueue.JobOptions(job_id="taken"))
+    with pytest.raises(pgqueue.JobIdConflict):
+        client.add_jobs(items)
+    assert db.value(f"SELECT count(*) FROM {jobs_table}") == 1

@@ -383,3 +383,14 @@ def test_an_overrunning_sync_job_does_not_hold_a_slot(
     worker.add_jobs([jobs.Record(token=token), jobs.Record(token=token)])
     wait_until(lambda: statuses(db, jobs_table) == {"failed": 1, "completed": 2})
     assert time.monotonic() - start < 3  # the abandoned thread sleeps on; the queue does not wait
+
+
+def test_a_large_batch_wakes_idle_workers(
+    worker: pgqueue.Client, db, jobs_table: str, token: str
+) -> None:
+    config = pgqueue.RuntimeConfig(poll_interval=30, heartbeat_interval=5, rescue_after=30)
+    worker.start(config=config)
+    start = time.monotonic()
+    worker.add_jobs([jobs.Record(token=token) for _ in range(2500)])
+    wait_until(lambda: jobs.RUNS[token], timeout=5, interval=0.005, what="first job ran")
+    assert time.monotonic() - start < 2  # woken by NOTIFY, not by the 30 s poll
