@@ -6,6 +6,7 @@ refused job never leaves anything behind.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Sequence
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from .errors import InvalidJobOptions, JobSerializationError, PayloadTooLarge, UnknownJobKind
+from .errors import JobSerializationError, PayloadTooLarge, UnknownJobKind
 from .jobs import JobHandle, Worker, WorkerRegistry
 from .names import validate_kind
 from .options import JobOptionKwargs, JobOptions
@@ -48,6 +49,13 @@ class PreparedJob:
     run_in: float | None
     key: str | None
     options: str
+    unique_key: str | None = None
+    unique_seconds: float | None = None
+
+    @property
+    def keyed(self) -> bool:
+        """True when the job needs the conflict-aware insert (``job_id`` or ``unique``)."""
+        return self.key is not None or self.unique_key is not None
 
     def params(self) -> tuple[Any, ...]:
         """Return the parameters of ``job_insert`` in order."""
@@ -127,11 +135,6 @@ def prepare(
         )
     merged = settings.job_defaults.merged_with(type(job).job_options).merged_with(options)
     resolved = merged.resolve()
-    if resolved.unique_seconds is not None:
-        raise InvalidJobOptions(
-            "unique= is not supported by this version of pgqueue yet; use job_id= to keep "
-            "duplicates out meanwhile"
-        )
     runtime: dict[str, Any] = {}
     if resolved.timeout_seconds is not None:
         runtime["timeout"] = resolved.timeout_seconds
@@ -139,17 +142,34 @@ def prepare(
         runtime["backoff"] = resolved.backoff_seconds
     if resolved.backoff_max_seconds is not None:
         runtime["backoff_max"] = resolved.backoff_max_seconds
+    payload = encode_payload(job, settings)
+    unique_key = None
+    if resolved.unique_seconds is not None:
+        unique_key = unique_key_for(resolved.queue, kind, payload)
     return PreparedJob(
         kind=kind,
         queue=resolved.queue,
-        payload=encode_payload(job, settings),
+        payload=payload,
         priority=resolved.priority,
         max_attempts=resolved.max_attempts,
         run_at=resolved.run_at,
         run_in=resolved.run_in_seconds,
         key=resolved.job_id,
         options=json.dumps(runtime, separators=(",", ":")),
+        unique_key=unique_key,
+        unique_seconds=resolved.unique_seconds,
     )
+
+
+def unique_key_for(queue: str, kind: str, payload: str) -> str:
+    """Return the ``unique=`` lock key: queue + kind + the arguments as canonical JSON, hashed.
+
+    Canonical: keys sorted, no whitespace, so ``{"a": 1, "b": 2}`` and ``{"b": 2, "a": 1}``
+    are the same job.
+    """
+    canonical = json.dumps(json.loads(payload), sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(f"{queue}\x00{kind}\x00{canonical}".encode()).hexdigest()
+    return f"{queue}:{kind}:{digest}"
 
 
 def insert_many_params(jobs: Sequence[PreparedJob]) -> tuple[list[Any], ...]:

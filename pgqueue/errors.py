@@ -6,6 +6,8 @@ them. Messages say what went wrong *and* what to do about it.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "ConfigurationError",
     "ConnectionLost",
@@ -91,7 +93,15 @@ class MigrationError(DatabaseError):
 
 
 class DuplicateJobError(PgQueueError):
-    """Base of the errors raised when an enqueue is refused because the job already exists."""
+    """Base of the errors raised when an enqueue is refused because the job already exists.
+
+    ``existing`` is the handle of the job that caused the refusal, when it could be read (it
+    may finish and be removed at any moment).
+    """
+
+    def __init__(self, message: str, existing: Any = None) -> None:
+        super().__init__(message)
+        self.existing = existing
 
 
 class JobIdConflict(DuplicateJobError):

@@ -121,13 +121,20 @@ class JobContext:
 
 @dataclass(frozen=True)
 class JobHandle:
-    """What ``add_job`` returns: the new job's id and where and when it will run."""
+    """What ``add_job`` returns: the job's id and where and when it will run.
+
+    ``inserted`` is False when the enqueue was a duplicate (``on_conflict="ignore"``, or an
+    item of ``add_jobs``): the handle then describes the job that already exists, and
+    ``conflict`` says why: ``"job_id"`` or ``"unique"``.
+    """
 
     id: int
     kind: str
     queue: str
     scheduled_for: datetime
     job_id: str | None = None
+    inserted: bool = True
+    conflict: str | None = None
 
 
 class WorkerRegistry:

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 from typing_extensions import Unpack
 
@@ -26,7 +26,14 @@ from ..enqueue import (
     insert_many_params,
     prepare,
 )
-from ..errors import ConfigurationError, DatabaseError, JobIdConflict, SchemaNotMigrated
+from ..errors import (
+    ConfigurationError,
+    DatabaseError,
+    DuplicateJob,
+    DuplicateJobError,
+    JobIdConflict,
+    SchemaNotMigrated,
+)
 from ..jobs import JobHandle, Worker, WorkerRegistry
 from ..options import JobOptionKwargs, JobOptions
 from ..queries import Queries, queries_for
@@ -46,6 +53,20 @@ COPY_MIN = 2000
 
 JobSpec = Worker | tuple[Worker, JobOptions | None]
 """An item of ``add_jobs``: a job, or a job with options for that job alone."""
+
+OnConflict = Literal["raise", "ignore"]
+"""What ``add_job`` does with a duplicate: raise, or return the existing job's handle."""
+
+
+def _check_on_conflict(value: str) -> None:
+    if value not in ("raise", "ignore"):
+        raise ConfigurationError(f"on_conflict must be 'raise' or 'ignore', got {value!r}")
+
+
+def _conflict(error: DuplicateJobError, existing: JobHandle | None, on_conflict: str) -> JobHandle:
+    if existing is not None and on_conflict in ("ignore", "report"):
+        return existing
+    raise error
 
 
 @dataclass(frozen=True)
@@ -263,15 +284,23 @@ class AsyncClient:
         job: Worker,
         *,
         options: JobOptions | None = None,
+        on_conflict: OnConflict = "raise",
         **option_kwargs: Unpack[JobOptionKwargs],
     ) -> JobHandle:
         """Enqueue one job in its own transaction and return its handle.
 
         Keyword options override ``options``, which overrides the job class's ``job_options``
-        and the client's defaults; see :class:`JobOptions` for each option.
+        and the client's defaults; see :class:`JobOptions` for each option. A ``job_id`` that is
+        taken raises :class:`JobIdConflict`, a held ``unique`` lock :class:`DuplicateJob`; with
+        ``on_conflict="ignore"`` the existing job's handle is returned instead
+        (``inserted=False``).
         """
-        call = call_options(options, option_kwargs)
-        return (await self._insert(self.driver, [self._prepare(job, call)]))[0]
+        _check_on_conflict(on_conflict)
+        prepared = self._prepare(job, call_options(options, option_kwargs))
+        if prepared.keyed:
+            async with self.driver.with_tx() as tx:
+                return await self._insert_keyed(tx, prepared, on_conflict)
+        return (await self._insert(self.driver, [prepared]))[0]
 
     async def add_job_with_tx(
         self,
@@ -279,17 +308,22 @@ class AsyncClient:
         job: Worker,
         *,
         options: JobOptions | None = None,
+        on_conflict: OnConflict = "raise",
         **option_kwargs: Unpack[JobOptionKwargs],
     ) -> JobHandle:
         """Enqueue one job inside the caller's transaction ``tx``.
 
         ``tx`` is the driver library's connection (or session) with the transaction open. The
-        job is visible to workers only once the caller commits; a rollback leaves nothing.
-        pgqueue never commits or rolls back ``tx``.
+        job is visible to workers only once the caller commits; a rollback leaves nothing (nor
+        its unique lock). pgqueue never commits or rolls back ``tx``, and a refused duplicate
+        leaves ``tx`` usable.
         """
-        call = call_options(options, option_kwargs)
-        prepared = [self._prepare(job, call)]
-        return (await self._insert(self._tx_driver(tx), prepared))[0]
+        _check_on_conflict(on_conflict)
+        prepared = self._prepare(job, call_options(options, option_kwargs))
+        driver = self._tx_driver(tx)
+        if prepared.keyed:
+            return await self._insert_keyed(driver, prepared, on_conflict)
+        return (await self._insert(driver, [prepared]))[0]
 
     async def add_jobs(
         self, jobs: Iterable[JobSpec], *, options: JobOptions | None = None
@@ -302,6 +336,9 @@ class AsyncClient:
         limit never applies.
         """
         prepared = self._prepare_many(jobs, options)
+        if any(job.keyed for job in prepared):
+            async with self.driver.with_tx() as tx:
+                return await self._insert_mixed(tx, prepared)
         if len(prepared) >= COPY_MIN and isinstance(self.driver, AsyncSupportsCopy):
             return await self._copy(self.driver, prepared)
         return await self._insert(self.driver, prepared)
@@ -311,7 +348,86 @@ class AsyncClient:
     ) -> list[JobHandle]:
         """Enqueue many jobs inside the caller's transaction ``tx`` (like add_job_with_tx)."""
         prepared = self._prepare_many(jobs, options)
-        return await self._insert(self._tx_driver(tx), prepared)
+        driver = self._tx_driver(tx)
+        if any(job.keyed for job in prepared):
+            return await self._insert_mixed(driver, prepared)
+        return await self._insert(driver, prepared)
+
+    async def _insert_mixed(
+        self, driver: AsyncDriver, jobs: Sequence[PreparedJob]
+    ) -> list[JobHandle]:
+        # Plain jobs in bulk, jobs with a job_id or unique lock one by one; duplicates are
+        # reported in their handles (inserted=False), the rest is inserted.
+        handles: list[JobHandle | None] = [None] * len(jobs)
+        plain = [i for i, job in enumerate(jobs) if not job.keyed]
+        if plain:
+            inserted = await self._insert(driver, [jobs[i] for i in plain])
+            for i, handle in zip(plain, inserted, strict=True):
+                handles[i] = handle
+        for i, job in enumerate(jobs):
+            if job.keyed:
+                handles[i] = await self._insert_keyed(driver, job, "report")
+        return [h for h in handles if h is not None]
+
+    async def _insert_keyed(
+        self, driver: AsyncDriver, job: PreparedJob, on_conflict: str
+    ) -> JobHandle:
+        # Runs inside a transaction. No statement here fails on a duplicate (ON CONFLICT), so a
+        # refused job leaves the caller's transaction usable: the job row is simply not there,
+        # or deleted again when its unique lock is held by another job.
+        q = self._queries
+        try:
+            rows = await driver.query(
+                q.job_insert_keyed, (*job.params(), self.settings.channel, job.unique_key)
+            )
+            if not rows:
+                existing = await self._existing(driver, q.job_by_key, job.key, "job_id")
+                error: DuplicateJobError = JobIdConflict(
+                    f"a job with job_id {job.key!r} already exists: a job id stays taken until "
+                    "retention removes the finished job. Choose another job_id, or pass "
+                    "on_conflict='ignore' to get the existing job",
+                    existing,
+                )
+                return _conflict(error, existing, on_conflict)
+            job_id, scheduled_for = rows[0][0], rows[0][1]
+            if job.unique_key is not None:
+                taken = await driver.query(
+                    q.unique_lock_take, (job.unique_key, job_id, job.unique_seconds)
+                )
+                if not taken:
+                    await driver.exec(q.job_delete, (job_id,))
+                    existing = await self._existing(
+                        driver, q.job_by_unique_key, job.unique_key, "unique"
+                    )
+                    error = DuplicateJob(
+                        f"an identical {job.kind!r} job (same queue, kind and arguments) holds "
+                        "its unique lock until it completes or the lock expires. Pass "
+                        "on_conflict='ignore' to get the existing job",
+                        existing,
+                    )
+                    return _conflict(error, existing, on_conflict)
+        except DatabaseError as exc:
+            raise self._translate(exc) from exc
+        return JobHandle(
+            id=job_id, kind=job.kind, queue=job.queue, scheduled_for=scheduled_for, job_id=job.key
+        )
+
+    async def _existing(
+        self, driver: AsyncDriver, query: str, key: str | None, conflict: str
+    ) -> JobHandle | None:
+        rows = await driver.query(query, (key,))
+        if not rows:
+            return None  # finished and removed meanwhile
+        job_id, kind, queue, scheduled_for, job_key = rows[0]
+        return JobHandle(
+            id=job_id,
+            kind=kind,
+            queue=queue,
+            scheduled_for=scheduled_for,
+            job_id=job_key,
+            inserted=False,
+            conflict=conflict,
+        )
 
     def _prepare_many(
         self, jobs: Iterable[JobSpec], options: JobOptions | None

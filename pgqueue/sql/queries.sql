@@ -49,6 +49,47 @@ WITH ins AS (
 SELECT ins.id, ins.scheduled_for, pg_notify($10, 'q:' || ins.queue)::text
 FROM ins;
 
+-- name: job_insert_keyed
+-- A job with a caller-chosen id ($8) and/or a unique key ($11): no row when the id is taken.
+-- The unique lock is taken by unique_lock_take in the same transaction.
+WITH ins AS (
+    INSERT INTO {{schema}}.{{jobs}} (
+        kind, queue, payload, priority, max_attempts, scheduled_for, key, options, unique_key
+    ) VALUES (
+        $1, $2, $3::jsonb, $4, $5,
+        coalesce($6::timestamptz, now() + coalesce($7::float8, 0) * interval '1 second'),
+        $8, $9::jsonb, $11
+    )
+    ON CONFLICT (key) WHERE key IS NOT NULL DO NOTHING
+    RETURNING id, scheduled_for, queue
+)
+SELECT ins.id, ins.scheduled_for, pg_notify($10, 'q:' || ins.queue)::text
+FROM ins;
+
+-- name: unique_lock_take
+-- Lock unique key $1 for job $2 until $3 seconds after the job is due; an expired lock is taken
+-- over. No row: another job holds it (a concurrent holder is waited for, then re-checked).
+INSERT INTO {{schema}}.{{unique_locks}} AS u (unique_key, job_id, expires_at)
+SELECT $1, j.id, j.scheduled_for + $3::float8 * interval '1 second'
+FROM {{schema}}.{{jobs}} j
+WHERE j.id = $2
+ON CONFLICT (unique_key) DO UPDATE
+SET job_id = EXCLUDED.job_id, expires_at = EXCLUDED.expires_at
+WHERE u.expires_at <= now()
+RETURNING job_id;
+
+-- name: job_delete
+DELETE FROM {{schema}}.{{jobs}} WHERE id = $1;
+
+-- name: job_by_key
+SELECT id, kind, queue, scheduled_for, key FROM {{schema}}.{{jobs}} WHERE key = $1;
+
+-- name: job_by_unique_key
+SELECT j.id, j.kind, j.queue, j.scheduled_for, j.key
+FROM {{schema}}.{{unique_locks}} u
+JOIN {{schema}}.{{jobs}} j ON j.id = u.job_id
+WHERE u.unique_key = $1;
+
 -- name: job_insert_many
 -- One statement for a whole chunk: each column travels as one array parameter, so the number of
 -- bind parameters does not grow with the number of jobs. $10 is the wake-up channel: one

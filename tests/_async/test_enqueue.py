@@ -350,7 +350,7 @@ async def test_large_batches_keep_every_option(
     when = datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC)
     items: list[Any] = [SendEmail(to=str(i)) for i in range(2500)]
     items[10] = (SendEmail(to="delayed"), pgqueue.JobOptions(run_in=timedelta(hours=2)))
-    items[20] = (SendEmail(to="dated"), pgqueue.JobOptions(run_at=when, job_id="k-20"))
+    items[20] = (SendEmail(to="dated"), pgqueue.JobOptions(run_at=when, priority=9))
     items[30] = Resize(path="p")
     handles = await client.add_jobs(items)
     assert [h.id for h in handles] == sorted(h.id for h in handles)
@@ -366,17 +366,19 @@ async def test_large_batches_keep_every_option(
     assert rows[handles[2499].id][0] == "2499"
     delay = rows[handles[10].id][5]
     assert timedelta(hours=2) - timedelta(seconds=5) < delay <= timedelta(hours=2)
-    assert rows[handles[20].id][3:5] == ("k-20", when)
+    assert rows[handles[20].id][2:5] == (9, None, when)
     assert handles[20].scheduled_for == when
     assert rows[handles[30].id][1:3] == ("images", 5)
 
 
-async def test_large_batch_with_a_conflicting_job_id_inserts_nothing(
+async def test_large_batch_reports_a_taken_job_id_and_inserts_the_rest(
     client: pgqueue.AsyncClient, db, jobs_table: str
 ) -> None:
-    await client.add_job(SendEmail(to="first"), job_id="taken")
+    first = await client.add_job(SendEmail(to="first"), job_id="taken")
     items: list[Any] = [SendEmail(to=str(i)) for i in range(2500)]
     items[1234] = (SendEmail(to="dup"), pgqueue.JobOptions(job_id="taken"))
-    with pytest.raises(pgqueue.JobIdConflict):
-        await client.add_jobs(items)
-    assert db.value(f"SELECT count(*) FROM {jobs_table}") == 1
+    handles = await client.add_jobs(items)
+    assert [i for i, h in enumerate(handles) if not h.inserted] == [1234]
+    assert handles[1234].id == first.id
+    assert db.value(f"SELECT count(*) FROM {jobs_table}") == 2500
+    assert db.value(f"SELECT count(*) FROM {jobs_table} WHERE payload->>'to' = 'dup'") == 0

@@ -63,15 +63,38 @@ CREATE UNIQUE INDEX IF NOT EXISTS {{jobs_key_idx}}
     WHERE key IS NOT NULL;
 
 -- unique=ttl locks: one row per held key. Kept apart from the jobs table because a lock
--- expires with time, which a partial unique index cannot express.
+-- expires with time, which a partial unique index cannot express. Deleting the job (retention
+-- cleanup, or by hand) deletes its lock.
 CREATE TABLE IF NOT EXISTS {{schema}}.{{unique_locks}} (
     unique_key  text        PRIMARY KEY,
-    job_id      bigint      NOT NULL,
+    job_id      bigint      NOT NULL
+        REFERENCES {{schema}}.{{jobs}} (id) ON DELETE CASCADE,
     expires_at  timestamptz NOT NULL
 );
 
 CREATE INDEX IF NOT EXISTS {{unique_locks_expires_idx}}
     ON {{schema}}.{{unique_locks}} (expires_at);
+
+CREATE INDEX IF NOT EXISTS {{unique_locks_job_idx}}
+    ON {{schema}}.{{unique_locks}} (job_id);
+
+-- A job that completes or is cancelled releases its unique lock, whichever path updated it. A
+-- job waiting to retry, or failed for good, keeps it until its ttl passes.
+CREATE OR REPLACE FUNCTION {{schema}}.{{unique_release}}() RETURNS trigger
+LANGUAGE plpgsql AS $body$
+BEGIN
+    DELETE FROM {{schema}}.{{unique_locks}} WHERE job_id = NEW.id;
+    RETURN NULL;
+END
+$body$;
+
+DROP TRIGGER IF EXISTS {{unique_release_trigger}} ON {{schema}}.{{jobs}};
+CREATE TRIGGER {{unique_release_trigger}}
+    AFTER UPDATE OF status ON {{schema}}.{{jobs}}
+    FOR EACH ROW
+    WHEN (NEW.unique_key IS NOT NULL AND NEW.status IN ('completed', 'cancelled')
+          AND OLD.status IS DISTINCT FROM NEW.status)
+    EXECUTE FUNCTION {{schema}}.{{unique_release}}();
 
 -- One row per running process, refreshed by its heartbeat; the leader rescues the jobs of
 -- instances whose heartbeat went stale.
