@@ -8,6 +8,7 @@ Every option can also be set from the environment: ``PGQUEUE_DSN`` (or ``DATABAS
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
 import logging
 import os
@@ -16,7 +17,11 @@ import sys
 from collections.abc import Sequence
 from types import FrameType
 
+from ._async.client import AsyncClient
+from ._async.runtime import AsyncRuntime
 from ._sync.client import Client
+from ._sync.runtime import Runtime
+from .drivers import resolve_driver_name
 from .errors import ConfigurationError, PgQueueError
 from .jobs import WorkerRegistry
 from .queries import migrations_script
@@ -53,8 +58,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     connect.add_argument(
         "--driver",
-        default=os.environ.get("PGQUEUE_DRIVER"),
-        help="database driver [$PGQUEUE_DRIVER, default: psycopg]",
+        default=None,
+        # $PGQUEUE_DRIVER is read by connect(), after a postgresql+<driver>:// URL scheme
+        help="database driver: psycopg, asyncpg or sqlalchemy "
+        "[a postgresql+<driver>:// URL, then $PGQUEUE_DRIVER, default: psycopg]",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sql = sub.add_parser(
@@ -195,29 +202,65 @@ def _run_worker(args: argparse.Namespace, settings: Settings) -> int:
     registry = load_registry(args.registry)
     queues = parse_queues(args.queues)
     config = RuntimeConfig(**{name: getattr(args, name) for name in _RUNTIME_OPTIONS})
+    url = args.dsn or os.environ.get("PGQUEUE_DSN") or os.environ.get("DATABASE_URL")
+    if resolve_driver_name(url, args.driver)[0] == "asyncpg":
+        # asyncio-only: run the asyncio client on an event loop of our own
+        return asyncio.run(_run_worker_async(args, settings, registry, queues, config))
     with Client.connect(args.dsn, driver=args.driver, registry=registry, settings=settings) as c:
         if args.migrate:
             c.migrate()
         c.start(queues, config=config)
         runtime = c.runtime
         assert runtime is not None
-        signals = 0
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            nonlocal signals
-            signals += 1
-            name = signal.Signals(signum).name
-            if signals == 1:
-                logging.getLogger("pgqueue").info("%s: stopping gracefully", name)
-            else:
-                logging.getLogger("pgqueue").warning("%s again: stopping now", name)
-            runtime.request_stop(immediate=signals > 1)
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+        stopper = _Stopper(runtime)
+        signal.signal(signal.SIGTERM, stopper.on_signal)
+        signal.signal(signal.SIGINT, stopper.on_signal)
         while not runtime.wait_stopping(0.5):
             pass
-        c.stop(0.0 if signals > 1 else None)
+        c.stop(0.0 if stopper.signals > 1 else None)
+    return 0
+
+
+class _Stopper:
+    """First SIGTERM/SIGINT: stop gracefully; a second one: stop now."""
+
+    def __init__(self, runtime: Runtime | AsyncRuntime) -> None:
+        self.runtime = runtime
+        self.signals = 0
+
+    def on_signal(self, signum: int, frame: FrameType | None = None) -> None:
+        self.signals += 1
+        name = signal.Signals(signum).name
+        if self.signals == 1:
+            logging.getLogger("pgqueue").info("%s: stopping gracefully", name)
+        else:
+            logging.getLogger("pgqueue").warning("%s again: stopping now", name)
+        self.runtime.request_stop(immediate=self.signals > 1)
+
+
+async def _run_worker_async(
+    args: argparse.Namespace,
+    settings: Settings,
+    registry: WorkerRegistry,
+    queues: dict[str, int],
+    config: RuntimeConfig,
+) -> int:
+    client = await AsyncClient.connect(
+        args.dsn, driver=args.driver, registry=registry, settings=settings
+    )
+    async with client as c:
+        if args.migrate:
+            await c.migrate()
+        await c.start(queues, config=config)
+        runtime = c.runtime
+        assert runtime is not None
+        stopper = _Stopper(runtime)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stopper.on_signal, sig)
+        while not await runtime.wait_stopping(0.5):
+            pass
+        await c.stop(0.0 if stopper.signals > 1 else None)
     return 0
 
 

@@ -218,3 +218,15 @@ def test_one_leader_among_processes_and_a_new_one_after_a_kill(
         what="new leader row",
     )
     assert new_leader[0][0] in {p.pid for p in procs if p is not leader}
+
+
+@pytest.mark.parametrize("driver", ["asyncpg", "sqlalchemy"])
+def test_worker_process_on_other_drivers(
+    workers: Workers, client: pgqueue.Client, db, jobs_table: str, runs: str, driver: str
+) -> None:
+    proc = workers.start("--driver", driver)
+    job = client.add_job(jobs.DbRecord(table=runs))
+    wait_until(lambda: status_of(db, jobs_table, job.id) == ("completed", 1), 30, what="completed")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(20) == 0, workers.log(proc)
+    assert "stopping gracefully" in workers.log(proc)

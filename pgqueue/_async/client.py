@@ -124,8 +124,8 @@ class AsyncClient:
         ``target`` is a ``postgresql://`` URL (default: ``$PGQUEUE_DSN``, then
         ``$DATABASE_URL``), or an object of the driver library such as a psycopg
         ``AsyncConnectionPool`` (of the same sync or asyncio flavour as the client), which the
-        client uses but never closes. ``driver`` names the
-        driver (default: ``$PGQUEUE_DRIVER``, then the URL scheme, then ``"psycopg"``).
+        client uses but never closes. ``driver`` names the driver (default: the URL's
+        ``postgresql+<driver>://`` scheme, then ``$PGQUEUE_DRIVER``, then ``"psycopg"``).
         """
         if target is None or isinstance(target, str):
             url = target or os.environ.get("PGQUEUE_DSN") or os.environ.get("DATABASE_URL")
