@@ -27,7 +27,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from pgqueue._async.compat import Lock
 from pgqueue._async.driver import AsyncAdvisoryLock, AsyncListener
-from pgqueue.drivers import Params, Row
+from pgqueue.drivers import Params, Row, load_adapter
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError, DriverNotInstalled
 
 if TYPE_CHECKING:
@@ -242,8 +242,8 @@ async def _psycopg_connect(dsn: str) -> psycopg.AsyncConnection[Any]:
     """Open a dedicated autocommit psycopg connection."""
     import psycopg
 
-    from pgqueue_adapters.psycopg._async import translate_error as psycopg_error
-
+    # through the registry: a missing psycopg_pool gives the install hint, not an ImportError
+    psycopg_error = load_adapter("psycopg").translate_error
     try:
         return await psycopg.AsyncConnection.connect(dsn, autocommit=True)
     except psycopg.Error as exc:
@@ -426,9 +426,11 @@ class AsyncSQLAlchemyDriver:
             )
             return listener
         # async-only: end
-        from pgqueue_adapters.psycopg._async import AsyncPsycopgListener
-
-        return await AsyncPsycopgListener.start(await _psycopg_connect(dsn), channel)
+        conn = await _psycopg_connect(dsn)
+        started: AsyncListener = await load_adapter("psycopg").AsyncPsycopgListener.start(
+            conn, channel
+        )
+        return started
 
     async def try_advisory_lock(self, key: int) -> AsyncAdvisoryLock | None:
         """Try to take advisory lock ``key`` on a new dedicated connection, without waiting."""
@@ -442,9 +444,11 @@ class AsyncSQLAlchemyDriver:
             )
             return lock
         # async-only: end
-        from pgqueue_adapters.psycopg._async import AsyncPsycopgAdvisoryLock
-
-        return await AsyncPsycopgAdvisoryLock.acquire(await _psycopg_connect(dsn), key)
+        conn = await _psycopg_connect(dsn)
+        got: AsyncAdvisoryLock | None = await load_adapter(
+            "psycopg"
+        ).AsyncPsycopgAdvisoryLock.acquire(conn, key)
+        return got
 
     async def copy_records(
         self,
@@ -504,7 +508,7 @@ async def _psycopg_copy(
 ) -> int:
     from psycopg import Error, sql
 
-    from pgqueue_adapters.psycopg._async import translate_error as psycopg_error
+    psycopg_error = load_adapter("psycopg").translate_error
 
     statement = sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
         sql.Identifier(schema),

@@ -29,7 +29,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from pgqueue._sync.compat import Lock
 from pgqueue._sync.driver import AdvisoryLock, Listener
-from pgqueue.drivers import Params, Row
+from pgqueue.drivers import Params, Row, load_adapter
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError, DriverNotInstalled
 
 if TYPE_CHECKING:
@@ -243,8 +243,8 @@ def _psycopg_connect(dsn: str) -> psycopg.Connection[Any]:
     """Open a dedicated autocommit psycopg connection."""
     import psycopg
 
-    from pgqueue_adapters.psycopg._sync import translate_error as psycopg_error
-
+    # through the registry: a missing psycopg_pool gives the install hint, not an ImportError
+    psycopg_error = load_adapter("psycopg").translate_error
     try:
         return psycopg.Connection.connect(dsn, autocommit=True)
     except psycopg.Error as exc:
@@ -365,16 +365,16 @@ class SQLAlchemyDriver:
     def listener(self, channel: str) -> Listener:
         """Open a dedicated connection that LISTENs on ``channel``."""
         dsn = _dedicated_dsn(self._dialect, self._url)
-        from pgqueue_adapters.psycopg._sync import PsycopgListener
-
-        return PsycopgListener.start(_psycopg_connect(dsn), channel)
+        conn = _psycopg_connect(dsn)
+        started: Listener = load_adapter("psycopg").PsycopgListener.start(conn, channel)
+        return started
 
     def try_advisory_lock(self, key: int) -> AdvisoryLock | None:
         """Try to take advisory lock ``key`` on a new dedicated connection, without waiting."""
         dsn = _dedicated_dsn(self._dialect, self._url)
-        from pgqueue_adapters.psycopg._sync import PsycopgAdvisoryLock
-
-        return PsycopgAdvisoryLock.acquire(_psycopg_connect(dsn), key)
+        conn = _psycopg_connect(dsn)
+        got: AdvisoryLock | None = load_adapter("psycopg").PsycopgAdvisoryLock.acquire(conn, key)
+        return got
 
     def copy_records(
         self,
@@ -430,7 +430,7 @@ def _psycopg_copy(
 ) -> int:
     from psycopg import Error, sql
 
-    from pgqueue_adapters.psycopg._sync import translate_error as psycopg_error
+    psycopg_error = load_adapter("psycopg").translate_error
 
     statement = sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
         sql.Identifier(schema),
