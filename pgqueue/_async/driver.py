@@ -25,8 +25,15 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, runtime_checkable
 
 from ..drivers import Notification, Params, Row
+from ..errors import ConfigurationError
 
-__all__ = ["AsyncAdvisoryLock", "AsyncDriver", "AsyncListener", "AsyncSupportsCopy"]
+__all__ = [
+    "AsyncAdvisoryLock",
+    "AsyncDriver",
+    "AsyncListener",
+    "AsyncSupportsCopy",
+    "AsyncTxDriverBase",
+]
 
 
 @runtime_checkable
@@ -133,3 +140,34 @@ class AsyncSupportsCopy(Protocol):
         Returns the number of rows copied.
         """
         ...
+
+
+class AsyncTxDriverBase:
+    """What every adapter's transaction-bound driver shares.
+
+    Such a driver runs statements inside one open transaction. It has no sessions of its own to
+    give: listeners and advisory locks come from the driver that opened the transaction
+    (``_parent``), and a caller's transaction has none. Closing it does nothing: the
+    connection belongs to whoever opened the transaction.
+    """
+
+    _parent: AsyncDriver | None
+
+    def _require_parent(self) -> AsyncDriver:
+        if self._parent is None:
+            raise ConfigurationError(
+                "listeners and advisory locks need a driver built from a pool or a URL (or a "
+                "SQLAlchemy engine), not from a caller's transaction"
+            )
+        return self._parent
+
+    async def listener(self, channel: str) -> AsyncListener:
+        """Open a dedicated listening session (through the parent driver)."""
+        return await self._require_parent().listener(channel)
+
+    async def try_advisory_lock(self, key: int) -> AsyncAdvisoryLock | None:
+        """Try to take an advisory lock on a dedicated session (through the parent driver)."""
+        return await self._require_parent().try_advisory_lock(key)
+
+    async def close(self) -> None:
+        """Do nothing: the transaction's connection belongs to whoever opened it."""

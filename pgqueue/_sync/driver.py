@@ -27,8 +27,15 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
 from ..drivers import Notification, Params, Row
+from ..errors import ConfigurationError
 
-__all__ = ["AdvisoryLock", "Driver", "Listener", "SupportsCopy"]
+__all__ = [
+    "AdvisoryLock",
+    "Driver",
+    "Listener",
+    "SupportsCopy",
+    "TxDriverBase",
+]
 
 
 @runtime_checkable
@@ -135,3 +142,34 @@ class SupportsCopy(Protocol):
         Returns the number of rows copied.
         """
         ...
+
+
+class TxDriverBase:
+    """What every adapter's transaction-bound driver shares.
+
+    Such a driver runs statements inside one open transaction. It has no sessions of its own to
+    give: listeners and advisory locks come from the driver that opened the transaction
+    (``_parent``), and a caller's transaction has none. Closing it does nothing: the
+    connection belongs to whoever opened the transaction.
+    """
+
+    _parent: Driver | None
+
+    def _require_parent(self) -> Driver:
+        if self._parent is None:
+            raise ConfigurationError(
+                "listeners and advisory locks need a driver built from a pool or a URL (or a "
+                "SQLAlchemy engine), not from a caller's transaction"
+            )
+        return self._parent
+
+    def listener(self, channel: str) -> Listener:
+        """Open a dedicated listening session (through the parent driver)."""
+        return self._require_parent().listener(channel)
+
+    def try_advisory_lock(self, key: int) -> AdvisoryLock | None:
+        """Try to take an advisory lock on a dedicated session (through the parent driver)."""
+        return self._require_parent().try_advisory_lock(key)
+
+    def close(self) -> None:
+        """Do nothing: the transaction's connection belongs to whoever opened it."""

@@ -17,6 +17,7 @@ from typing import Any
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from pgqueue._async.driver import AsyncTxDriverBase
 from pgqueue.drivers import Notification, Params, Row
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError
 
@@ -308,7 +309,7 @@ class AsyncpgDriver:
             await _close_quietly(self._conn)
 
 
-class AsyncpgTxDriver:
+class AsyncpgTxDriver(AsyncTxDriverBase):
     """A driver bound to one connection inside an open transaction (ours or the caller's).
 
     It never commits or rolls back; nested ``with_tx`` makes a savepoint.
@@ -347,25 +348,6 @@ class AsyncpgTxDriver:
                 )
             raise
         await _run(self._conn, f"RELEASE SAVEPOINT {name}", (), False)
-
-    def _require_parent(self) -> AsyncpgDriver:
-        if self._parent is None:
-            raise ConfigurationError(
-                "listeners and advisory locks need a driver built from a pool or a URL, not "
-                "from a caller's transaction"
-            )
-        return self._parent
-
-    async def listener(self, channel: str) -> AsyncpgListener:
-        """Open a dedicated listening connection (through the parent driver)."""
-        return await self._require_parent().listener(channel)
-
-    async def try_advisory_lock(self, key: int) -> AsyncpgAdvisoryLock | None:
-        """Try to take an advisory lock on a dedicated connection (through the parent driver)."""
-        return await self._require_parent().try_advisory_lock(key)
-
-    async def close(self) -> None:
-        """Do nothing: the connection belongs to whoever opened the transaction."""
 
 
 class AsyncpgListener:

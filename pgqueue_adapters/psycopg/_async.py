@@ -18,6 +18,7 @@ from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
 from pgqueue._async.compat import Lock
+from pgqueue._async.driver import AsyncTxDriverBase
 from pgqueue.drivers import Notification, Params, Row
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError
 
@@ -215,7 +216,7 @@ class AsyncPsycopgDriver:
             await self._pool.close()
 
 
-class AsyncPsycopgTxDriver:
+class AsyncPsycopgTxDriver(AsyncTxDriverBase):
     """A driver bound to one connection inside an open transaction (ours or the caller's).
 
     It never commits or rolls back; nested ``with_tx`` makes a savepoint.
@@ -241,25 +242,6 @@ class AsyncPsycopgTxDriver:
                 yield self
         except psycopg.Error as exc:
             raise translate_error(exc) from exc
-
-    def _require_parent(self) -> AsyncPsycopgDriver:
-        if self._parent is None:
-            raise ConfigurationError(
-                "listeners and advisory locks need a driver built from a pool or a URL, not "
-                "from a caller's transaction"
-            )
-        return self._parent
-
-    async def listener(self, channel: str) -> AsyncPsycopgListener:
-        """Open a dedicated listening connection (through the parent driver)."""
-        return await self._require_parent().listener(channel)
-
-    async def try_advisory_lock(self, key: int) -> AsyncPsycopgAdvisoryLock | None:
-        """Try to take an advisory lock on a dedicated connection (through the parent driver)."""
-        return await self._require_parent().try_advisory_lock(key)
-
-    async def close(self) -> None:
-        """Do nothing: the connection belongs to whoever opened the transaction."""
 
 
 class AsyncPsycopgListener:

@@ -19,6 +19,7 @@ from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 
 from pgqueue._sync.compat import Lock
+from pgqueue._sync.driver import TxDriverBase
 from pgqueue.drivers import Notification, Params, Row
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError
 
@@ -214,7 +215,7 @@ class PsycopgDriver:
             self._pool.close()
 
 
-class PsycopgTxDriver:
+class PsycopgTxDriver(TxDriverBase):
     """A driver bound to one connection inside an open transaction (ours or the caller's).
 
     It never commits or rolls back; nested ``with_tx`` makes a savepoint.
@@ -240,25 +241,6 @@ class PsycopgTxDriver:
                 yield self
         except psycopg.Error as exc:
             raise translate_error(exc) from exc
-
-    def _require_parent(self) -> PsycopgDriver:
-        if self._parent is None:
-            raise ConfigurationError(
-                "listeners and advisory locks need a driver built from a pool or a URL, not "
-                "from a caller's transaction"
-            )
-        return self._parent
-
-    def listener(self, channel: str) -> PsycopgListener:
-        """Open a dedicated listening connection (through the parent driver)."""
-        return self._require_parent().listener(channel)
-
-    def try_advisory_lock(self, key: int) -> PsycopgAdvisoryLock | None:
-        """Try to take an advisory lock on a dedicated connection (through the parent driver)."""
-        return self._require_parent().try_advisory_lock(key)
-
-    def close(self) -> None:
-        """Do nothing: the connection belongs to whoever opened the transaction."""
 
 
 class PsycopgListener:

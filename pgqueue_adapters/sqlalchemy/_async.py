@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncSession  # sync: from sqlalchemy.orm imp
 from sqlalchemy.pool import PoolProxiedConnection
 
 from pgqueue._async.compat import Lock
-from pgqueue._async.driver import AsyncAdvisoryLock, AsyncListener
+from pgqueue._async.driver import AsyncAdvisoryLock, AsyncListener, AsyncTxDriverBase
 from pgqueue.drivers import Params, Row, load_adapter
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError, DriverNotInstalled
 
@@ -550,7 +550,7 @@ async def _asyncpg_copy(
 # async-only: end
 
 
-class AsyncSQLAlchemyTxDriver:
+class AsyncSQLAlchemyTxDriver(AsyncTxDriverBase):
     """A driver bound to an open transaction: a connection's, or a session's (``AsyncSession``).
 
     It never commits or rolls back; nested ``with_tx`` makes a savepoint. On a session, every
@@ -604,25 +604,6 @@ class AsyncSQLAlchemyTxDriver:
             await savepoint.commit()
         except _DB_ERRORS as exc:
             raise translate_error(exc) from exc
-
-    def _require_parent(self) -> AsyncSQLAlchemyDriver:
-        if self._parent is None:
-            raise ConfigurationError(
-                "listeners and advisory locks need a driver built from an engine or a URL, "
-                "not from a caller's transaction"
-            )
-        return self._parent
-
-    async def listener(self, channel: str) -> AsyncListener:
-        """Open a dedicated listening connection (through the parent driver)."""
-        return await self._require_parent().listener(channel)
-
-    async def try_advisory_lock(self, key: int) -> AsyncAdvisoryLock | None:
-        """Try to take an advisory lock on a dedicated connection (through the parent driver)."""
-        return await self._require_parent().try_advisory_lock(key)
-
-    async def close(self) -> None:
-        """Do nothing: the transaction belongs to whoever opened it."""
 
 
 # -- entry points -------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import PoolProxiedConnection
 
 from pgqueue._sync.compat import Lock
-from pgqueue._sync.driver import AdvisoryLock, Listener
+from pgqueue._sync.driver import AdvisoryLock, Listener, TxDriverBase
 from pgqueue.drivers import Params, Row, load_adapter
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError, DriverNotInstalled
 
@@ -448,7 +448,7 @@ def _psycopg_copy(
     return count
 
 
-class SQLAlchemyTxDriver:
+class SQLAlchemyTxDriver(TxDriverBase):
     """A driver bound to an open transaction: a connection's, or a session's (``Session``).
 
     It never commits or rolls back; nested ``with_tx`` makes a savepoint. On a session, every
@@ -502,25 +502,6 @@ class SQLAlchemyTxDriver:
             savepoint.commit()
         except _DB_ERRORS as exc:
             raise translate_error(exc) from exc
-
-    def _require_parent(self) -> SQLAlchemyDriver:
-        if self._parent is None:
-            raise ConfigurationError(
-                "listeners and advisory locks need a driver built from an engine or a URL, "
-                "not from a caller's transaction"
-            )
-        return self._parent
-
-    def listener(self, channel: str) -> Listener:
-        """Open a dedicated listening connection (through the parent driver)."""
-        return self._require_parent().listener(channel)
-
-    def try_advisory_lock(self, key: int) -> AdvisoryLock | None:
-        """Try to take an advisory lock on a dedicated connection (through the parent driver)."""
-        return self._require_parent().try_advisory_lock(key)
-
-    def close(self) -> None:
-        """Do nothing: the transaction belongs to whoever opened it."""
 
 
 # -- entry points -------------------------------------------------------------------------------
