@@ -25,9 +25,11 @@ __all__ = [
     "ProcessStopped",
     "ProcessTimeout",
     "backoff_delay",
+    "finish_params",
     "outcome_for_bad_payload",
     "outcome_for_error",
     "parse_claimed",
+    "split_claim_rows",
 ]
 
 logger = logging.getLogger("pgqueue")
@@ -83,21 +85,57 @@ class ClaimedJob:
         )
 
 
-def parse_claimed(row: Sequence[Any], lease: Any) -> ClaimedJob:
-    """Read one row returned by ``job_claim``."""
-    job_id, kind, queue, payload, attempts, max_attempts, scheduled_for, options, priority = row
+def parse_claimed(row: Sequence[Any], lease: Any, queue: str) -> ClaimedJob:
+    """Read one job row returned by ``job_claim`` (the queue is the one claimed from)."""
+    job_id, kind, payload, attempts, max_attempts, scheduled_for, options, priority, _ = row
     return ClaimedJob(
-        id=int(job_id),
+        id=job_id,
         kind=kind,
         queue=queue,
         payload_text=payload,
-        attempt=int(attempts),
-        max_attempts=int(max_attempts),
+        attempt=attempts,
+        max_attempts=max_attempts,
         scheduled_for=scheduled_for,
-        options=json.loads(options) if options else {},
-        priority=int(priority),
+        # "{}" for almost every job: skip the parser
+        options=json.loads(options) if options and options != "{}" else {},
+        priority=priority,
         lease=lease,
     )
+
+
+def split_claim_rows(
+    rows: Sequence[Sequence[Any]],
+) -> tuple[Sequence[Sequence[Any]], float | None]:
+    """Split ``job_claim``'s rows into the job rows and the seconds until the next due job.
+
+    The last row carries the next due time (id NULL) only when the claim filled fewer slots
+    than asked; then it is ``None`` when no scheduled job is waiting.
+    """
+    if rows and rows[-1][0] is None:
+        due = rows[-1][8]
+        return rows[:-1], None if due is None else float(due)
+    return rows, None
+
+
+def finish_params(batch: Sequence[tuple[ClaimedJob, Outcome]]) -> tuple[list[Any], ...]:
+    """Return the array parameters of ``job_finish_many`` for a batch of outcomes."""
+    columns: tuple[list[Any], ...] = ([], [], [], [], [], [], [])
+    ids, leases, actions, statuses, delays, messages, errors = columns
+    for job, outcome in batch:
+        ids.append(job.id)
+        leases.append(job.lease)
+        if outcome.action in ("retry", "fail", "cancel"):
+            actions.append("error")
+            statuses.append(outcome.status)
+            messages.append(outcome.message)
+            errors.append(outcome.error)
+        else:
+            actions.append(outcome.action)
+            statuses.append(None)
+            messages.append(None)
+            errors.append(None)
+        delays.append(outcome.delay)
+    return columns
 
 
 def backoff_delay(job: ClaimedJob, config: RuntimeConfig) -> float:
@@ -123,7 +161,7 @@ class Outcome:
 
     @property
     def status(self) -> str:
-        """The job status this outcome writes (for ``job_fail``)."""
+        """The job status an error outcome writes (``job_finish_many``'s status column)."""
         return {"retry": "pending", "fail": "failed", "cancel": "cancelled"}.get(self.action, "")
 
 

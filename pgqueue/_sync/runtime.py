@@ -6,6 +6,8 @@ This is the asyncio runtime; ``pgqueue/_sync/runtime.py``, which runs on threads
 from it. One runtime per client, started by ``client.start()``. It runs:
 
 - one fetch loop per queue, claiming up to the queue's free slots in one statement;
+- one flusher, which writes how jobs ended in batches: a job's slot is free for the next claim
+  as soon as its ``process`` returns, and one statement records many outcomes;
 - one listener (a dedicated LISTEN session) that wakes the fetch loops and relays cancel
   requests, reconnecting with backoff (and re-checking the queues) when its session dies;
 - a heartbeat loop that keeps this instance's row fresh and picks up missed cancel requests;
@@ -33,9 +35,11 @@ from ..execution import (
     ClaimedJob,
     Outcome,
     ProcessTimeout,
+    finish_params,
     outcome_for_bad_payload,
     outcome_for_error,
     parse_claimed,
+    split_claim_rows,
 )
 from ..jobs import WorkerRegistry
 from ..names import validate_queue
@@ -56,6 +60,10 @@ _STOP_GRACE = 2.0
 _IMMEDIATE_GRACE = 0.2
 # Bound on maintenance rounds per leader tick, so one tick cannot run for ever.
 _MAX_MAINTENANCE_ROUNDS = 20
+# Most outcomes one job_finish_many statement records.
+_FLUSH_MAX = 1000
+# First pause before retrying a failed flush (doubling up to listener_reconnect_max).
+_FLUSH_RETRY = 0.1
 
 
 @dataclass
@@ -109,7 +117,11 @@ class Runtime:
         self._wake = {name: Event() for name in self.queues}
         self._active: dict[str, set[int]] = {name: set() for name in self.queues}
         self._running: dict[int, _Running] = {}
-        self._unwritten: list[tuple[ClaimedJob, Outcome]] = []
+        # outcomes waiting for the flusher; appended from job tasks (threads on the sync side)
+        self._outbox: list[tuple[ClaimedJob, Outcome]] = []
+        self._outbox_wake = Event()
+        self._flush_final = Event()
+        self._flusher: Any = None
         self._pool: JobPool | None = None
         self._lock: AdvisoryLock | None = None
         # tasks here, threads on the sync side
@@ -141,6 +153,7 @@ class Runtime:
                 ) from exc
             raise
         self._pool = JobPool(sum(self.queues.values()))
+        self._flusher = spawn(self._flush_loop, name="pgqueue-flusher")
         self._loops = [
             spawn(self._listen_loop, name="pgqueue-listener"),
             spawn(self._heartbeat_loop, name="pgqueue-heartbeat"),
@@ -202,12 +215,25 @@ class Runtime:
                 [r.handle for r in cut_off], _IMMEDIATE_GRACE if self._immediate else _STOP_GRACE
             )
         # Jobs whose code does not return (a blocked thread) are handed back all the same;
-        # when they do return, their late write finds the lease gone and changes nothing.
-        for running in list(self._running.values()):
-            self._write(running.job, Outcome("release"))
+        # taking them out of _running means that, if they ever return, nothing more is written.
+        for job_id in list(self._running):
+            abandoned = self._running.pop(job_id, None)
+            if abandoned is not None:
+                self._active[abandoned.job.queue].discard(job_id)
+                self._finish(abandoned.job, Outcome("release"))
         for loop in self._loops:
             join(loop, None)
-        self._flush_unwritten()
+        self._flush_final.set()
+        self._outbox_wake.set()
+        if self._flusher is not None:
+            join(self._flusher, None)
+        if self._outbox:
+            logger.warning(
+                "stop: could not record how %d job(s) ended (ids %s); they will be rescued and "
+                "run again",
+                len(self._outbox),
+                ", ".join(str(job.id) for job, _ in self._outbox[:20]),
+            )
         self._resign()
         try:
             self.driver.exec(self._q.instance_unregister, (self.instance_id,))
@@ -230,19 +256,18 @@ class Runtime:
             if free > 0:
                 try:
                     lease = uuid.uuid4()
-                    rows = self.driver.query(
-                        self._q.job_claim,
-                        (queue, self._kinds, free, self.instance_id, lease, worker_id),
+                    rows, due = split_claim_rows(
+                        self.driver.query(
+                            self._q.job_claim,
+                            (queue, self._kinds, free, self.instance_id, lease, worker_id),
+                        )
                     )
                     for row in rows:
-                        self._launch(parse_claimed(row, lease))
-                    if len(rows) < free:
-                        # The queue has nothing more due now: sleep until the next due job
-                        # (if it comes before the next poll) or until a notification.
-                        due = self.driver.query(self._q.job_next_due, (queue, self._kinds))
-                        seconds = due[0][0] if due else None
-                        if seconds is not None and seconds > 0:
-                            wait = min(wait, seconds)
+                        self._launch(parse_claimed(row, lease, queue))
+                    # Fewer due jobs than free slots: sleep until a notification, a slot
+                    # frees up, or the next scheduled job falls due (if before the next poll).
+                    if due is not None and due > 0:
+                        wait = min(wait, due)
                     error_delay = 0.1
                 except DatabaseError as exc:
                     logger.warning("queue %s: claim failed (%s); retrying", queue, exc)
@@ -261,6 +286,7 @@ class Runtime:
 
     def _execute(self, running: _Running) -> None:
         job = running.job
+        outcome = Outcome("release")  # if this task itself dies, hand the job back
         try:
             try:
                 worker = self.registry.build(job.kind, json.loads(job.payload_text))
@@ -283,11 +309,13 @@ class Runtime:
                 except Exception as exc:
                     outcome = outcome_for_error(job, exc, self.config)
             _log_outcome(job, outcome)
-            self._write(job, outcome)
         finally:
-            self._running.pop(job.id, None)
-            self._active[job.queue].discard(job.id)
-            self._wake[job.queue].set()
+            # Only while the job is still in _running: a shutdown that gave up on it has
+            # already handed it back, and a late outcome must not follow.
+            if self._running.pop(job.id, None) is not None:
+                self._active[job.queue].discard(job.id)
+                self._finish(job, outcome)
+                self._wake[job.queue].set()
 
     def _signal_stop(self, running: _Running, reason: str) -> None:
         """Tell a running job to stop: its context's flag, and for coroutines a cancellation."""
@@ -297,48 +325,55 @@ class Runtime:
         # A thread cannot be interrupted, so a sync job asked to cancel is only signalled;
         # shutdown and timeouts abandon it (its result is ignored).
 
-    def _write(self, job: ClaimedJob, outcome: Outcome) -> None:
-        q = self._q
-        try:
-            if outcome.action == "complete":
-                rows = self.driver.query(q.job_complete, (job.id, job.lease))
-            elif outcome.action == "snooze":
-                rows = self.driver.query(q.job_snooze, (job.id, job.lease, outcome.delay))
-            elif outcome.action == "release":
-                rows = self.driver.query(q.job_release, (job.id, job.lease))
-            else:
-                rows = self.driver.query(
-                    q.job_fail,
-                    (
-                        job.id,
-                        job.lease,
-                        outcome.status,
-                        outcome.delay,
-                        outcome.message,
-                        outcome.error,
-                    ),
-                )
-        except DatabaseError as exc:
-            # Keep it and try again with the next heartbeat: the job stays ours meanwhile.
-            logger.warning(
-                "job %s: could not record %s (%s); will retry", job.id, outcome.action, exc
-            )
-            self._unwritten.append((job, outcome))
-            return
-        if not rows:
-            logger.info(
-                "job %s: no longer ours (rescued, cancelled or handed back meanwhile); its %s "
-                "was not recorded",
-                job.id,
-                outcome.action,
-            )
+    # -- recording outcomes ---------------------------------------------------------------
 
-    def _flush_unwritten(self) -> None:
-        # pop one at a time (job threads may append meanwhile); a write that fails again goes
-        # back to the end, for the next flush
-        for _ in range(len(self._unwritten)):
-            job, outcome = self._unwritten.pop(0)
-            self._write(job, outcome)
+    def _finish(self, job: ClaimedJob, outcome: Outcome) -> None:
+        """Queue ``job``'s outcome for the flusher (never blocks: called as a job ends)."""
+        self._outbox.append((job, outcome))
+        self._outbox_wake.set()
+
+    def _flush_loop(self) -> None:
+        # Outcomes are written as soon as the flusher is free: while one statement is in
+        # flight, the outcomes of jobs that end meanwhile gather for the next. A failed write
+        # is retried with backoff; the jobs stay ours meanwhile (the heartbeat goes on).
+        delay = _FLUSH_RETRY
+        while True:
+            self._outbox_wake.clear()
+            if self._outbox:
+                if self._flush_outbox():
+                    delay = _FLUSH_RETRY
+                    continue
+                if self._flush_final.is_set():
+                    return
+                wait_event(self._flush_final, delay * random.uniform(0.8, 1.2))
+                delay = min(delay * 2, self.config.listener_reconnect_max)
+                continue
+            if self._flush_final.is_set():
+                return
+            wait_event(self._outbox_wake, None)
+
+    def _flush_outbox(self) -> bool:
+        """Write up to _FLUSH_MAX outcomes in one statement; False (and kept) if it failed."""
+        # Single consumer: job tasks (threads) only append, so the first items stay put.
+        batch = self._outbox[:_FLUSH_MAX]
+        del self._outbox[: len(batch)]
+        try:
+            rows = self.driver.query(self._q.job_finish_many, finish_params(batch))
+        except DatabaseError as exc:
+            logger.warning("could not record how %d job(s) ended (%s); will retry", len(batch), exc)
+            self._outbox[:0] = batch
+            return False
+        if len(rows) < len(batch):
+            written = {row[0] for row in rows}
+            for job, outcome in batch:
+                if job.id not in written:
+                    logger.info(
+                        "job %s: no longer ours (rescued, cancelled or handed back meanwhile); "
+                        "its %s was not recorded",
+                        job.id,
+                        outcome.action,
+                    )
+        return True
 
     # -- wake-up --------------------------------------------------------------------------
 
@@ -386,7 +421,6 @@ class Runtime:
                     running = self._running.get(job_id)
                     if running is not None:
                         self._signal_stop(running, "cancel")
-                self._flush_unwritten()
             except DatabaseError as exc:
                 logger.warning("heartbeat failed: %s", exc)
 

@@ -124,76 +124,91 @@ SELECT count(pg_notify($1, 'q:' || q)) FROM unnest($2::text[]) AS q;
 -- name: job_claim
 -- Claim up to $3 due jobs of queue $1 whose kind this process runs ($2), in claim order, and
 -- stamp them with this instance ($4), a lease token ($5) and the attempt they start.
+-- When fewer than $3 were due, one more row (id NULL) says in how many seconds the next
+-- scheduled job falls due (NULL: none), so an idle worker knows how long it may sleep without
+-- another round trip. The sub-select sees the statement's snapshot, where the rows claimed
+-- here are still pending but already due, hence "scheduled_for > now()".
 WITH next AS (
     SELECT id FROM {{schema}}.{{jobs}}
     WHERE status = 'pending' AND queue = $1 AND scheduled_for <= now() AND kind = ANY($2::text[])
     ORDER BY priority DESC, scheduled_for, id
     LIMIT $3
     FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE {{schema}}.{{jobs}} AS j
+    SET status = 'processing', attempts = j.attempts + 1, instance_id = $4, lease_token = $5,
+        worker_id = $6, locked_at = now()
+    FROM next
+    WHERE j.id = next.id
+    RETURNING j.id, j.kind, j.payload::text AS payload, j.attempts, j.max_attempts,
+        j.scheduled_for, j.options::text AS options, j.priority
+)
+SELECT id, kind, payload, attempts, max_attempts, scheduled_for, options, priority,
+    NULL::float8 AS next_due
+FROM claimed
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
+    SELECT extract(epoch FROM min(f.scheduled_for) - now())::float8
+    FROM {{schema}}.{{jobs}} f
+    WHERE f.status = 'pending' AND f.queue = $1 AND f.scheduled_for > now()
+        AND f.kind = ANY($2::text[])
+)
+WHERE (SELECT count(*) FROM claimed) < $3;
+
+-- name: job_finish_many
+-- Record how a batch of jobs ended, in one statement (the runtime collects outcomes and
+-- flushes them together). Per job, as parallel arrays: $1 id, $2 lease, $3 action, $4 status
+-- for an 'error' ('pending' to retry, 'failed', 'cancelled'), $5 delay in seconds (retry,
+-- snooze), $6 error message, $7 error history entry (a JSON object; the last 10 are kept).
+-- Actions: 'complete'; 'error' (retry, fail or cancel, with the error recorded); 'snooze'
+-- (Retry(in_=...): run again after the delay, the attempt not counted); 'release' (shutdown
+-- cut the job off: pending again at once without charging the attempt, or cancelled if a
+-- cancel was requested meanwhile).
+-- Every write after the claim names the job, the lease and the status, so an owner that lost
+-- the job (rescued, cancelled, released) cannot overwrite what happened since: such a job is
+-- left alone and missing from the returned ids.
+WITH o AS (
+    SELECT * FROM unnest(
+        $1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::float8[], $6::text[], $7::text[]
+    ) AS o(id, lease, action, status, delay, message, error)
 )
 UPDATE {{schema}}.{{jobs}} AS j
-SET status = 'processing', attempts = j.attempts + 1, instance_id = $4, lease_token = $5,
-    worker_id = $6, locked_at = now()
-FROM next
-WHERE j.id = next.id
-RETURNING j.id, j.kind, j.queue, j.payload::text, j.attempts, j.max_attempts, j.scheduled_for,
-    j.options::text, j.priority;
-
--- name: job_next_due
--- Seconds until the next pending job of queue $1 (kinds $2) falls due, or NULL if none.
-SELECT extract(epoch FROM min(scheduled_for) - now())::float8
-FROM {{schema}}.{{jobs}}
-WHERE status = 'pending' AND queue = $1 AND kind = ANY($2::text[]);
-
--- name: job_complete
--- Every write after the claim names the job, the lease and the status, so an owner that lost
--- the job (rescued, cancelled, released) cannot overwrite what happened since.
-UPDATE {{schema}}.{{jobs}}
-SET status = 'completed', finished_at = now(), lease_token = NULL
-WHERE id = $1 AND lease_token = $2 AND status = 'processing'
-RETURNING id;
-
--- name: job_fail
--- $3: the status to set ('pending' to retry after $4 seconds, 'failed' or 'cancelled' to stop);
--- $5: the error message; $6: a JSON object for the bounded error history (last 10 kept).
-UPDATE {{schema}}.{{jobs}}
-SET status = $3,
-    scheduled_for = CASE WHEN $3 = 'pending'
-        THEN now() + $4::float8 * interval '1 second' ELSE scheduled_for END,
-    finished_at = CASE WHEN $3 = 'pending' THEN NULL ELSE now() END,
-    last_error = $5, last_error_at = now(), lease_token = NULL,
-    errors = (
+SET status = CASE o.action
+        WHEN 'complete' THEN 'completed'
+        WHEN 'snooze' THEN 'pending'
+        WHEN 'release' THEN
+            CASE WHEN j.cancel_requested_at IS NULL THEN 'pending' ELSE 'cancelled' END
+        ELSE o.status END,
+    attempts = CASE
+        WHEN o.action = 'snooze' OR (o.action = 'release' AND j.cancel_requested_at IS NULL)
+        THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
+    scheduled_for = CASE
+        WHEN o.action = 'snooze' OR (o.action = 'error' AND o.status = 'pending')
+        THEN now() + o.delay * interval '1 second' ELSE j.scheduled_for END,
+    finished_at = CASE
+        WHEN o.action = 'complete' THEN now()
+        WHEN o.action = 'error' AND o.status <> 'pending' THEN now()
+        WHEN o.action = 'release' AND j.cancel_requested_at IS NOT NULL THEN now()
+        END,
+    last_error = CASE WHEN o.action = 'error' THEN o.message ELSE j.last_error END,
+    last_error_at = CASE WHEN o.action = 'error' THEN now() ELSE j.last_error_at END,
+    errors = CASE WHEN o.action = 'error' THEN (
         SELECT coalesce(jsonb_agg(e.value ORDER BY e.ord), '[]'::jsonb)
         FROM (
             SELECT value, ord
-            FROM jsonb_array_elements(errors || jsonb_build_array($6::jsonb)) WITH ORDINALITY
-                AS h(value, ord)
+            FROM jsonb_array_elements(j.errors || jsonb_build_array(o.error::jsonb))
+                WITH ORDINALITY AS h(value, ord)
             ORDER BY ord DESC
             LIMIT 10
         ) e
-    )
-WHERE id = $1 AND lease_token = $2 AND status = 'processing'
-RETURNING id;
-
--- name: job_snooze
--- Retry(in_=...): run again after $3 seconds; the attempt is not counted.
-UPDATE {{schema}}.{{jobs}}
-SET status = 'pending', attempts = greatest(attempts - 1, 0), lease_token = NULL,
-    scheduled_for = now() + $3::float8 * interval '1 second'
-WHERE id = $1 AND lease_token = $2 AND status = 'processing'
-RETURNING id;
-
--- name: job_release
--- Shutdown cut the job off: back to pending at once, without charging the attempt; unless
--- someone asked to cancel it meanwhile, then it is cancelled.
-UPDATE {{schema}}.{{jobs}}
-SET status = CASE WHEN cancel_requested_at IS NULL THEN 'pending' ELSE 'cancelled' END,
-    finished_at = CASE WHEN cancel_requested_at IS NULL THEN NULL ELSE now() END,
-    attempts = CASE WHEN cancel_requested_at IS NULL
-        THEN greatest(attempts - 1, 0) ELSE attempts END,
-    lease_token = NULL, instance_id = NULL, worker_id = NULL, locked_at = NULL
-WHERE id = $1 AND lease_token = $2 AND status = 'processing'
-RETURNING id;
+    ) ELSE j.errors END,
+    lease_token = NULL,
+    instance_id = CASE WHEN o.action = 'release' THEN NULL ELSE j.instance_id END,
+    worker_id = CASE WHEN o.action = 'release' THEN NULL ELSE j.worker_id END,
+    locked_at = CASE WHEN o.action = 'release' THEN NULL ELSE j.locked_at END
+FROM o
+WHERE j.id = o.id AND j.lease_token = o.lease AND j.status = 'processing'
+RETURNING j.id;
 
 -- name: job_cancel
 -- A pending job is cancelled at once; a running one gets cancel_requested_at and its worker is

@@ -1,0 +1,183 @@
+"""pgqueue in each of its driver modes, for the benchmark harness."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pgqueue
+
+from .base import Subject
+
+# The running worker's record callback; module-level so that job instances, built fresh for
+# every job from the payload, can reach it.
+_record: Callable[[int], None] = lambda i: None  # noqa: E731
+
+
+@dataclass
+class NoopAsync(pgqueue.Worker):
+    kind = "bench.noop"
+    i: int
+
+    async def process(self, ctx: pgqueue.JobContext) -> None:
+        _record(self.i)
+
+
+@dataclass
+class NoopSync(pgqueue.Worker):
+    kind = "bench.noop"
+    i: int
+
+    def process(self, ctx: pgqueue.JobContext) -> None:
+        _record(self.i)
+
+
+ASYNC_REGISTRY = pgqueue.WorkerRegistry(NoopAsync)
+SYNC_REGISTRY = pgqueue.WorkerRegistry(NoopSync)
+
+# mode -> (driver name, URL scheme, asyncio?)
+MODES: dict[str, tuple[str, str, bool]] = {
+    "asyncpg": ("asyncpg", "postgresql", True),
+    "psycopg-async": ("psycopg", "postgresql", True),
+    "psycopg-sync": ("psycopg", "postgresql", False),
+    "sqlalchemy-async": ("sqlalchemy", "postgresql+asyncpg", True),
+    "sqlalchemy-sync": ("sqlalchemy", "postgresql+psycopg", False),
+}
+
+
+def _url(dsn: str, scheme: str) -> str:
+    return scheme + dsn[dsn.index("://") :]
+
+
+class PgQueueSubject(Subject):
+    """pgqueue through one driver mode (see MODES)."""
+
+    remaining_sql = "SELECT count(*) FROM pgqueue_jobs WHERE status IN ('pending', 'processing')"
+
+    def __init__(self, dsn: str, mode: str) -> None:
+        super().__init__(dsn)
+        self.mode = mode
+        self.name = f"pgqueue/{mode}"
+        self.driver, scheme, self.is_async = MODES[mode]
+        self.url = _url(dsn, scheme)
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _async_client(self) -> Any:
+        return pgqueue.AsyncClient.connect(self.url, driver=self.driver, registry=ASYNC_REGISTRY)
+
+    def _sync_client(self) -> pgqueue.Client:
+        return pgqueue.Client.connect(self.url, driver=self.driver, registry=SYNC_REGISTRY)
+
+    def _sql(self, statement: str) -> list[Any]:
+        # Setup and bookkeeping go through psycopg whatever the mode: not measured.
+        with pgqueue.Client.connect(self.dsn, driver="psycopg") as client:
+            return list(client.driver.query(statement, ()))
+
+    # -- Subject ---------------------------------------------------------------------------
+
+    def install(self) -> None:
+        with pgqueue.Client.connect(self.dsn, driver="psycopg") as client:
+            client.migrate()
+
+    def enqueue_single(self, start: int, n: int) -> float:
+        if not self.is_async:
+            with self._sync_client() as client:
+                client.add_job(NoopSync(i=start))  # warm the pool
+                t0 = time.perf_counter()
+                for i in range(start + 1, start + n):
+                    client.add_job(NoopSync(i=i))
+                return (time.perf_counter() - t0) * n / max(n - 1, 1)
+
+        async def run() -> float:
+            async with await self._async_client() as client:
+                await client.add_job(NoopAsync(i=start))
+                t0 = time.perf_counter()
+                for i in range(start + 1, start + n):
+                    await client.add_job(NoopAsync(i=i))
+                return (time.perf_counter() - t0) * n / max(n - 1, 1)
+
+        return _run_async(run())
+
+    def enqueue_bulk(self, start: int, n: int) -> float:
+        if not self.is_async:
+            with self._sync_client() as client:
+                t0 = time.perf_counter()
+                client.add_jobs([NoopSync(i=i) for i in range(start, start + n)])
+                return time.perf_counter() - t0
+
+        async def run() -> float:
+            async with await self._async_client() as client:
+                t0 = time.perf_counter()
+                await client.add_jobs([NoopAsync(i=i) for i in range(start, start + n)])
+                return time.perf_counter() - t0
+
+        return _run_async(run())
+
+    def enqueue_spaced(self, start: int, n: int, spacing: float) -> list[float]:
+        commits: list[float] = []
+        if not self.is_async:
+            with self._sync_client() as client:
+                for i in range(start, start + n):
+                    time.sleep(spacing)
+                    client.add_job(NoopSync(i=i))
+                    commits.append(time.time())
+            return commits
+
+        async def run() -> list[float]:
+            async with await self._async_client() as client:
+                for i in range(start, start + n):
+                    await asyncio.sleep(spacing)
+                    await client.add_job(NoopAsync(i=i))
+                    commits.append(time.time())
+            return commits
+
+        return _run_async(run())
+
+    def remaining(self) -> int:
+        rows = self._sql(self.remaining_sql)
+        return int(rows[0][0])
+
+    def fill_finished(self, n: int) -> None:
+        with pgqueue.Client.connect(self.dsn, driver="psycopg") as client:
+            client.driver.exec(
+                "INSERT INTO pgqueue_jobs (kind, queue, payload, status, attempts, locked_at, "
+                "finished_at) SELECT 'bench.noop', 'default', jsonb_build_object('i', -g), "
+                "'completed', 1, now(), now() FROM generate_series(1, $1) g",
+                (n,),
+            )
+            client.driver.exec("VACUUM ANALYZE pgqueue_jobs", ())
+
+    def run_worker(
+        self, concurrency: int, record: Callable[[int], None], stop: threading.Event
+    ) -> None:
+        global _record
+        _record = record
+        queues = {"default": concurrency}
+        if not self.is_async:
+            with self._sync_client() as client:
+                client.start(queues)
+                stop.wait()
+                client.stop()
+            return
+
+        async def run() -> None:
+            async with await self._async_client() as client:
+                await client.start(queues)
+                while not stop.is_set():
+                    await asyncio.sleep(0.05)
+                await client.stop()
+
+        _run_async(run())
+
+
+def _run_async(coro: Any) -> Any:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
