@@ -17,7 +17,7 @@ from typing import Any
 from .errors import JobSerializationError, PayloadTooLarge, UnknownJobKind
 from .jobs import JobHandle, Worker, WorkerRegistry
 from .names import validate_kind
-from .options import JobOptionKwargs, JobOptions
+from .options import JobOptionKwargs, JobOptions, ResolvedOptions
 from .settings import Settings
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "call_options",
     "copy_records",
     "encode_payload",
+    "handles_for_records",
     "handles_from_rows",
     "insert_many_params",
     "prepare",
@@ -34,9 +35,11 @@ __all__ = [
 # json.dumps escapes U+0000 as \u0000; PostgreSQL's jsonb refuses that escape. Only an odd number
 # of backslashes before "u0000" is the escape itself ("\\u0000" is an escaped backslash + text).
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+# One encoder for every payload: json.dumps with non-default arguments builds a new one per call.
+_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class PreparedJob:
     """A validated job, ready to bind to ``job_insert``."""
 
@@ -77,20 +80,20 @@ def encode_payload(job: Worker, settings: Settings) -> str:
     what = type(job).__qualname__
     args = job.to_payload()
     try:
-        text = json.dumps(args, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        text = _ENCODER.encode(args)
     except (TypeError, ValueError) as exc:
         raise JobSerializationError(
             f"cannot store the arguments of {what}: {_culprit(args)}{exc}. Job arguments are "
             "stored as JSON: pass str, int, finite float, bool, None, list or dict values "
             "(convert datetimes, UUIDs, Decimals and sets yourself, or use a pydantic model)"
         ) from exc
-    if _NUL_ESCAPE.search(text):
+    if "u0000" in text and _NUL_ESCAPE.search(text):
         raise JobSerializationError(
             f"cannot store the arguments of {what}: a string contains a NUL character (\\x00), "
             "which PostgreSQL cannot store in JSON; strip it or encode the value (e.g. base64)"
         )
     try:
-        size = len(text.encode("utf-8"))
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
     except UnicodeEncodeError as exc:
         raise JobSerializationError(
             f"cannot store the arguments of {what}: a string holds a lone surrogate "
@@ -115,6 +118,43 @@ def _culprit(args: dict[str, Any]) -> str:
     return ""
 
 
+@dataclass(frozen=True)
+class _ClassTemplate:
+    """What every job of one class shares when the call adds no options of its own."""
+
+    kind: str
+    resolved: ResolvedOptions
+    options_json: str
+
+
+# class -> (settings, class job_options, template): one entry per class, checked by identity,
+# because hashing a Settings on every enqueue would cost as much as the work it saves.
+_templates: dict[type[Worker], tuple[Settings, JobOptions | None, _ClassTemplate]] = {}
+
+
+def _class_template(settings: Settings, cls: type[Worker]) -> _ClassTemplate:
+    class_options = cls.job_options
+    entry = _templates.get(cls)
+    if entry is not None and entry[0] is settings and entry[1] is class_options:
+        return entry[2]
+    kind = validate_kind(cls.kind)
+    resolved = settings.job_defaults.merged_with(class_options).resolve()
+    template = _ClassTemplate(kind, resolved, _runtime_options(resolved))
+    _templates[cls] = (settings, class_options, template)
+    return template
+
+
+def _runtime_options(resolved: ResolvedOptions) -> str:
+    runtime: dict[str, Any] = {}
+    if resolved.timeout_seconds is not None:
+        runtime["timeout"] = resolved.timeout_seconds
+    if resolved.backoff_seconds is not None:
+        runtime["backoff"] = resolved.backoff_seconds
+    if resolved.backoff_max_seconds is not None:
+        runtime["backoff_max"] = resolved.backoff_max_seconds
+    return json.dumps(runtime, separators=(",", ":"))
+
+
 def prepare(
     job: Worker,
     options: JobOptions | None,
@@ -127,37 +167,38 @@ def prepare(
         raise TypeError(
             f"add_job expects an instance of a pgqueue.Worker subclass, got {type(job).__name__}"
         )
-    kind = validate_kind(type(job).kind)
+    cls = type(job)
+    # Resolving options is most of the Python cost of an enqueue; without call options the
+    # result depends on the class alone, so it is worked out once per class.
+    template = _class_template(settings, cls)
+    kind = template.kind
     if registry is not None and kind not in registry:
         raise UnknownJobKind(
-            f"kind {kind!r} ({type(job).__qualname__}) is not in this client's registry: "
+            f"kind {kind!r} ({cls.__qualname__}) is not in this client's registry: "
             "register it, or enqueue through a client without a registry"
         )
-    merged = settings.job_defaults.merged_with(type(job).job_options).merged_with(options)
-    resolved = merged.resolve()
-    runtime: dict[str, Any] = {}
-    if resolved.timeout_seconds is not None:
-        runtime["timeout"] = resolved.timeout_seconds
-    if resolved.backoff_seconds is not None:
-        runtime["backoff"] = resolved.backoff_seconds
-    if resolved.backoff_max_seconds is not None:
-        runtime["backoff_max"] = resolved.backoff_max_seconds
+    if options is None:
+        resolved, options_json = template.resolved, template.options_json
+    else:
+        merged = settings.job_defaults.merged_with(cls.job_options).merged_with(options)
+        resolved = merged.resolve()
+        options_json = _runtime_options(resolved)
     payload = encode_payload(job, settings)
     unique_key = None
     if resolved.unique_seconds is not None:
         unique_key = unique_key_for(resolved.queue, kind, payload)
     return PreparedJob(
-        kind=kind,
-        queue=resolved.queue,
-        payload=payload,
-        priority=resolved.priority,
-        max_attempts=resolved.max_attempts,
-        run_at=resolved.run_at,
-        run_in=resolved.run_in_seconds,
-        key=resolved.job_id,
-        options=json.dumps(runtime, separators=(",", ":")),
-        unique_key=unique_key,
-        unique_seconds=resolved.unique_seconds,
+        kind,
+        resolved.queue,
+        payload,
+        resolved.priority,
+        resolved.max_attempts,
+        resolved.run_at,
+        resolved.run_in_seconds,
+        resolved.job_id,
+        options_json,
+        unique_key,
+        resolved.unique_seconds,
     )
 
 
@@ -195,31 +236,41 @@ COPY_COLUMNS = (
 
 
 def copy_records(
-    jobs: Sequence[PreparedJob], reserved: Sequence[Sequence[Any]]
+    jobs: Sequence[PreparedJob], ids: Sequence[int], now: datetime
 ) -> list[tuple[Any, ...]]:
-    """Rows for a bulk COPY (in ``COPY_COLUMNS`` order) and their due times.
+    """Rows for a bulk COPY, in ``COPY_COLUMNS`` order.
 
-    ``reserved`` holds ``(id, now)`` pairs from ``job_reserve_ids``: the ids in input order, and
-    the database clock that ``run_in`` counts from, as the INSERT statements do.
+    ``ids`` and ``now`` come from ``job_reserve_ids``: the ids in input order, and the database
+    clock that ``run_in`` counts from, as the INSERT statements do.
     """
-    ordered = sorted(reserved, key=lambda row: int(row[0]))
-    records = []
-    for job, (job_id, now) in zip(jobs, ordered, strict=True):
-        due = job.run_at if job.run_at is not None else now + timedelta(seconds=job.run_in or 0)
-        records.append(
-            (
-                job_id,
-                job.kind,
-                job.queue,
-                job.payload,
-                job.priority,
-                job.max_attempts,
-                due,
-                job.key,
-                job.options,
-            )
+    ids = sorted(ids)
+    return [
+        (
+            job_id,
+            job.kind,
+            job.queue,
+            job.payload,
+            job.priority,
+            job.max_attempts,
+            job.run_at
+            if job.run_at is not None
+            else (now if not job.run_in else now + timedelta(seconds=job.run_in)),
+            job.key,
+            job.options,
         )
-    return records
+        for job, job_id in zip(jobs, ids, strict=True)
+    ]
+
+
+def handles_for_records(
+    jobs: Sequence[PreparedJob], records: Sequence[tuple[Any, ...]]
+) -> list[JobHandle]:
+    """Return the handles of jobs loaded by COPY from ``copy_records``'s rows (same order)."""
+    new = JobHandle.unchecked
+    return [
+        new(record[0], job.kind, job.queue, record[6], job.key)
+        for job, record in zip(jobs, records, strict=True)
+    ]
 
 
 def handles_from_rows(
@@ -234,12 +285,19 @@ def handles_from_rows(
     if len(rows) != len(jobs):
         raise RuntimeError(f"inserted {len(rows)} rows for {len(jobs)} jobs")
     rows = sorted(rows, key=lambda row: int(row[0]))
+    new = JobHandle.unchecked
     return [
-        JobHandle(id=row[0], kind=job.kind, queue=job.queue, scheduled_for=row[1], job_id=job.key)
+        new(row[0], job.kind, job.queue, row[1], job.key)
         for job, row in zip(jobs, rows, strict=True)
     ]
 
 
-def call_options(options: JobOptions | None, keywords: JobOptionKwargs) -> JobOptions:
-    """Combine ``add_job``'s ``options`` argument with its keyword options (keywords win)."""
+def call_options(options: JobOptions | None, keywords: JobOptionKwargs) -> JobOptions | None:
+    """Combine ``add_job``'s ``options`` argument with its keyword options (keywords win).
+
+    ``None`` when the call sets no option at all (the common case, which ``prepare`` serves
+    from its per-class cache).
+    """
+    if not keywords:
+        return options
     return (options or JobOptions()).merged_with(JobOptions(**keywords))

@@ -24,6 +24,7 @@ from ..enqueue import (
     PreparedJob,
     call_options,
     copy_records,
+    handles_for_records,
     handles_from_rows,
     insert_many_params,
     prepare,
@@ -465,15 +466,15 @@ class Client:
         # transaction, then the wake-up that INSERT statements send by themselves.
         q, settings = self._queries, self.settings
         try:
-            reserved = self.driver.query(q.job_reserve_ids, (q.table("jobs"), len(jobs)))
-            records = copy_records(jobs, reserved)
+            ((ids, now),) = self.driver.query(q.job_reserve_ids, (q.table("jobs"), len(jobs)))
+            records = copy_records(jobs, ids, now)
             table = settings.prefix + "jobs"
             driver.copy_records(settings.schema, table, COPY_COLUMNS, records)
             queues = sorted({job.queue for job in jobs})
             self.driver.query(q.job_notify_queues, (settings.channel, queues))
         except DatabaseError as exc:
             raise self._translate(exc) from exc
-        return handles_from_rows(jobs, [(r[0], r[6]) for r in records])
+        return handles_for_records(jobs, records)
 
     def _translate(self, exc: DatabaseError) -> Exception:
         if exc.sqlstate == "42P01":  # undefined_table
