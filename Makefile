@@ -59,6 +59,24 @@ demo: $(STAMP) ## Run the demo: real jobs on $$PGQUEUE_DSN, or on a throwaway Po
 sql: $(STAMP) ## Print the schema SQL (pgqueue sql)
 	$(PY) -m pgqueue sql
 
+BENCH_VENV ?= .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed-stamp
+
+$(BENCH_STAMP): pyproject.toml benchmarks/requirements.txt
+	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install --quiet -e '.[all]' -r benchmarks/requirements.txt
+	touch $(BENCH_STAMP)
+
+.PHONY: bench
+bench: $(BENCH_STAMP) ## Benchmarks vs PGQueuer and procrastinate (~1 h; BENCH_ARGS="--help")
+	$(BENCH_VENV)/bin/python -m benchmarks.run $(BENCH_ARGS)
+	$(BENCH_VENV)/bin/python -m benchmarks.report
+
+.PHONY: bench-quick
+bench-quick: $(BENCH_STAMP) ## A few-minute smoke run of the benchmarks (not for numbers)
+	$(BENCH_VENV)/bin/python -m benchmarks.run --quick $(BENCH_ARGS)
+
 .PHONY: docs
 docs: ## List the documentation
 	@ls docs/*.md

@@ -10,6 +10,7 @@ checked to have run exactly once. Results go to ``benchmarks/results/<stamp>.jso
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -258,10 +259,8 @@ def _versions() -> dict[str, str]:
         "sqlalchemy",
         "uvloop",
     ):
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pass
     return out
 
 
