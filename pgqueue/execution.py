@@ -6,9 +6,11 @@ building the context, the retry delay, and turning how ``process`` ended into an
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import random
+import threading
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,12 +22,14 @@ from .outcomes import Cancel, Discard, Retry
 from .runtime_config import RuntimeConfig
 
 __all__ = [
+    "CancelFlag",
     "ClaimedJob",
     "Outcome",
     "ProcessStopped",
     "ProcessTimeout",
     "backoff_delay",
     "finish_params",
+    "is_coroutine_function",
     "outcome_for_bad_payload",
     "outcome_for_error",
     "parse_claimed",
@@ -33,10 +37,68 @@ __all__ = [
 ]
 
 logger = logging.getLogger("pgqueue")
+_JOB_LOGGER = logging.getLogger("pgqueue.job")
 
 # Tracebacks beyond this are cut from the stored history (the message is kept whole).
 _MAX_TRACEBACK_CHARS = 8000
 _MAX_MESSAGE_CHARS = 2000
+
+
+_FLAG_LOCK = threading.Lock()
+_COROUTINE_FUNCTIONS: dict[Any, bool] = {}
+
+
+def is_coroutine_function(fn: Any) -> bool:
+    """``inspect.iscoroutinefunction``, remembered per function (it is asked for every job)."""
+    key = getattr(fn, "__func__", fn)  # a bound method: its function
+    try:
+        return _COROUTINE_FUNCTIONS[key]
+    except KeyError:
+        result = _COROUTINE_FUNCTIONS[key] = inspect.iscoroutinefunction(fn)
+        return result
+    except TypeError:  # unhashable callable
+        return inspect.iscoroutinefunction(fn)
+
+
+class CancelFlag:
+    """``ctx.cancelled``: set once when the job should stop; ``is_set()`` and ``wait()``.
+
+    Behaves like a ``threading.Event`` that is only ever set, but costs a plain attribute
+    until someone waits on it: a job that never waits never pays for the event's lock and
+    condition (a noticeable part of a short job's cost).
+    """
+
+    __slots__ = ("_event", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._event: threading.Event | None = None
+
+    def is_set(self) -> bool:
+        """Return True once the job has been asked to stop."""
+        return self._set
+
+    def set(self) -> None:
+        """Ask the job to stop (wakes anyone in :meth:`wait`)."""
+        self._set = True
+        event = self._event
+        if event is not None:
+            event.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the job is asked to stop or ``timeout`` passes; return ``is_set()``."""
+        if self._set:
+            return True
+        event = self._event
+        if event is None:
+            with _FLAG_LOCK:
+                if self._event is None:
+                    self._event = threading.Event()
+                event = self._event
+            # set() may have run before the event existed: it saw no event to wake
+            if self._set:
+                event.set()
+        return event.wait(timeout)
 
 
 @dataclass
@@ -65,7 +127,7 @@ class ClaimedJob:
     def context(self, cancelled: CancelSignal) -> JobContext:
         """Build the :class:`JobContext` handed to ``process``."""
         bound = logging.LoggerAdapter(
-            logging.getLogger("pgqueue.job"),
+            _JOB_LOGGER,
             {
                 "job_id": self.id,
                 "job_kind": self.kind,

@@ -7,14 +7,13 @@ same names to their threading equivalents, with the same call shapes.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from concurrent.futures import Future
 from typing import Any
 
 from .._sync.compat import JobPool as _ThreadPool
-from ..execution import ProcessStopped, ProcessTimeout
+from ..execution import ProcessStopped, ProcessTimeout, is_coroutine_function
 
 __all__ = [
     "Event",
@@ -123,7 +122,7 @@ async def call_process(
     # The coroutine runs on the calling task rather than a task of its own: one task and one
     # wait fewer per job, which is most of the runtime's own cost for a short job.
     task = asyncio.current_task()
-    if inspect.iscoroutinefunction(fn):
+    if is_coroutine_function(fn):
         work: Awaitable[Any] = fn(arg)
     elif timeout is None:
         work = pool.run_sync(fn, arg)

@@ -6,7 +6,6 @@ The names and call shapes match ``pgqueue/_async/compat.py`` one for one.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import queue
 import threading
 import time
@@ -15,7 +14,7 @@ from concurrent.futures import Future
 from concurrent.futures import wait as _wait_futures
 from typing import Any
 
-from ..execution import ProcessStopped, ProcessTimeout
+from ..execution import ProcessStopped, ProcessTimeout, is_coroutine_function
 
 __all__ = [
     "Event",
@@ -141,7 +140,7 @@ def call_process(
     started(None)
 
     def target() -> None:
-        if inspect.iscoroutinefunction(fn):
+        if is_coroutine_function(fn):
             asyncio.run(_run_cancellable(fn, arg))
         else:
             fn(arg)

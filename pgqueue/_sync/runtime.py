@@ -18,13 +18,11 @@ from it. One runtime per client, started by ``client.start()``. It runs:
 from __future__ import annotations
 
 import contextlib
-import inspect
 import json
 import logging
 import os
 import random
 import socket
-import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,10 +30,12 @@ from typing import Any
 
 from ..errors import ConfigurationError, DatabaseError, SchemaNotMigrated
 from ..execution import (
+    CancelFlag,
     ClaimedJob,
     Outcome,
     ProcessTimeout,
     finish_params,
+    is_coroutine_function,
     outcome_for_bad_payload,
     outcome_for_error,
     parse_claimed,
@@ -69,7 +69,7 @@ _FLUSH_RETRY = 0.1
 @dataclass
 class _Running:
     job: ClaimedJob
-    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel: CancelFlag = field(default_factory=CancelFlag)
     handle: Any = None  # from JobPool.submit
     inner: Any = None  # the future running process(), when the side has one
     is_coroutine: bool = False
@@ -298,7 +298,7 @@ class Runtime:
                 def started(inner: Any) -> None:
                     running.inner = inner
 
-                running.is_coroutine = _is_coroutine(worker.process)
+                running.is_coroutine = is_coroutine_function(worker.process)
                 assert self._pool is not None
                 try:
                     call_process(self._pool, worker.process, ctx, job.timeout, started)
@@ -474,10 +474,6 @@ class Runtime:
             lock.release()
             with contextlib.suppress(DatabaseError):
                 self.driver.exec(self._q.instance_resign, (self.instance_id,))
-
-
-def _is_coroutine(fn: Any) -> bool:
-    return inspect.iscoroutinefunction(fn)
 
 
 def _log_outcome(job: ClaimedJob, outcome: Outcome) -> None:
