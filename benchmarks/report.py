@@ -168,6 +168,24 @@ def tables(doc: dict[str, Any], source: str) -> str:
             )
             + " |"
         )
+    if "drain_c10" in s:
+        lines += [
+            "",
+            "CPU per job while draining at concurrency 10 (µs; the worker process, and "
+            "PostgreSQL, all of its processes):",
+            "",
+            "| | " + " | ".join(subjects) + " |",
+            "|---|" + "---|" * len(subjects),
+        ]
+        for key, label in (
+            ("worker_cpu_us_per_job", "worker"),
+            ("postgres_cpu_us_per_job", "PostgreSQL"),
+        ):
+            lines.append(
+                f"| {label} | "
+                + " | ".join(_cell(s, "drain_c10", sub, key, ",.0f") for sub in subjects)
+                + " |"
+            )
     lines += [
         "",
         "Best concurrency used: "

@@ -195,13 +195,22 @@ class Harness:
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute("VACUUM ANALYZE")
             workers = self.start_workers(subject, dsn, processes, concurrency, sample_rss)
+            # CPU used while draining, by the worker processes and by PostgreSQL (all of its
+            # processes: the backends of the workers, and the rest, which idle meanwhile)
+            cpu_before = sum(_proc_cpu(p.pid) for p, _ in workers), _postgres_cpu()
             try:
                 end = self.wait_drained(subject, dsn, timeout=max(120.0, n / 50))
+                cpu_after = sum(_proc_cpu(p.pid) for p, _ in workers), _postgres_cpu()
             finally:
                 results = self.stop_workers(workers)
             records = self.check_once(results, range(n))
             start = min(t for _, t in records)
-            result: dict[str, Any] = {"jobs_per_s": n / (end - start), "seconds": end - start}
+            result: dict[str, Any] = {
+                "jobs_per_s": n / (end - start),
+                "seconds": end - start,
+                "worker_cpu_us_per_job": (cpu_after[0] - cpu_before[0]) / n * 1e6,
+                "postgres_cpu_us_per_job": (cpu_after[1] - cpu_before[1]) / n * 1e6,
+            }
             if sample_rss:
                 result["rss"] = results[0]["rss"]
             return result
@@ -235,6 +244,35 @@ class Harness:
             }
         finally:
             self.drop_db(db)
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) used so far by process ``pid``, 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _postgres_cpu() -> float:
+    """CPU seconds used so far by every running PostgreSQL process on this machine."""
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/comm") as f:
+                if f.read().strip() != "postgres":
+                    continue
+        except OSError:
+            continue
+        total += _proc_cpu(int(entry))
+    return total
 
 
 def _pct(sorted_values: list[float], p: float) -> float:

@@ -1,0 +1,104 @@
+"""The runtime's pure parts: the cancel flag, reading claim rows, building outcome batches."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+
+from pgqueue.execution import (
+    CancelFlag,
+    ClaimedJob,
+    Outcome,
+    finish_params,
+    is_coroutine_function,
+    parse_claimed,
+    split_claim_rows,
+)
+
+
+def test_cancel_flag_behaves_like_an_event() -> None:
+    flag = CancelFlag()
+    assert not flag.is_set()
+    assert flag.wait(0.01) is False
+    flag.set()
+    assert flag.is_set()
+    assert flag.wait(0) is True
+
+
+def test_cancel_flag_wakes_a_waiting_thread() -> None:
+    flag = CancelFlag()
+    woke: list[float] = []
+
+    def waiter() -> None:
+        flag.wait(10)
+        woke.append(time.monotonic())
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while flag._event is None and time.monotonic() < deadline:  # the waiter made its event
+        time.sleep(0.001)
+    set_at = time.monotonic()
+    flag.set()
+    thread.join(5)
+    assert woke
+    assert woke[0] - set_at < 1
+
+
+def test_cancel_flag_set_before_the_first_wait_is_seen() -> None:
+    flag = CancelFlag()
+    flag.set()
+    assert flag.wait(10) is True
+
+
+def test_claim_rows_split_off_the_next_due_row() -> None:
+    now = datetime.now(UTC)
+    job = (7, "k", '{"a":1}', 1, 25, now, "{}", 0, None)
+    rows, due = split_claim_rows([job, (None,) * 8 + (2.5,)])
+    assert rows == [job]
+    assert due == 2.5
+    rows, due = split_claim_rows([job, (None,) * 9])
+    assert rows == [job]
+    assert due is None
+    rows, due = split_claim_rows([job])  # every slot filled: no next-due row
+    assert rows == [job]
+    assert due is None
+    claimed = parse_claimed(job, "lease", "q")
+    assert (claimed.id, claimed.queue, claimed.options, claimed.attempt) == (7, "q", {}, 1)
+    with_options = parse_claimed((*job[:6], '{"timeout":1.5}', *job[7:]), "lease", "q")
+    assert with_options.timeout == 1.5
+
+
+def test_finish_params_is_one_array_per_column() -> None:
+    def job(i: int) -> ClaimedJob:
+        return ClaimedJob(i, "k", "q", "{}", 1, 3, datetime.now(UTC), {}, 0, uuid.uuid4())
+
+    batch = [
+        (job(1), Outcome("complete")),
+        (job(2), Outcome("retry", delay=4.0, message="boom", error="{}")),
+        (job(3), Outcome("fail", message="bad", error="{}")),
+        (job(4), Outcome("cancel", message="stop", error="{}")),
+        (job(5), Outcome("snooze", delay=9.0)),
+        (job(6), Outcome("release")),
+    ]
+    ids, leases, actions, statuses, delays, messages, errors = finish_params(batch)
+    assert ids == [1, 2, 3, 4, 5, 6]
+    assert leases == [j.lease for j, _ in batch]
+    assert actions == ["complete", "error", "error", "error", "snooze", "release"]
+    assert statuses == [None, "pending", "failed", "cancelled", None, None]
+    assert delays == [0.0, 4.0, 0.0, 0.0, 9.0, 0.0]
+    assert messages == [None, "boom", "bad", "stop", None, None]
+    assert errors == [None, "{}", "{}", "{}", None, None]
+
+
+def test_coroutine_check_is_remembered_per_function() -> None:
+    class A:
+        async def process(self) -> None: ...
+
+        def other(self) -> None: ...
+
+    assert is_coroutine_function(A().process) is True
+    assert is_coroutine_function(A().process) is True
+    assert is_coroutine_function(A().other) is False
