@@ -18,14 +18,14 @@ CHART = ROOT / "docs" / "benchmarks.png"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
 THROUGHPUT = [
-    ("enqueue_single", "single add_job, jobs/s"),
-    ("enqueue_bulk", "bulk add of 100,000, jobs/s"),
-    ("drain_c1", "drain, concurrency 1, jobs/s"),
-    ("drain_c10", "drain, concurrency 10, jobs/s"),
-    ("drain_best", "drain, best concurrency, jobs/s"),
-    ("drain_2proc", "drain, 2 processes, jobs/s"),
-    ("claim_empty", "drain c10, empty history, jobs/s"),
-    ("claim_1m_finished", "drain c10, 1M finished rows, jobs/s"),
+    ("enqueue_single", "single add_job ({single:,} calls), jobs/s"),
+    ("enqueue_bulk", "bulk add of {bulk:,}, jobs/s"),
+    ("drain_c1", "drain {drain_c1:,}, concurrency 1, jobs/s"),
+    ("drain_c10", "drain {drain:,}, concurrency 10, jobs/s"),
+    ("drain_best", "drain {drain:,}, best concurrency, jobs/s"),
+    ("drain_2proc", "drain {drain:,}, 2 processes, jobs/s"),
+    ("claim_empty", "drain {claim_jobs:,} (c10), empty history, jobs/s"),
+    ("claim_1m_finished", "drain {claim_jobs:,} (c10), {finished:,} finished rows, jobs/s"),
 ]
 
 
@@ -145,7 +145,7 @@ def tables(doc: dict[str, Any], source: str) -> str:
     for key, label in THROUGHPUT:
         if key in s:
             lines.append(
-                f"| {label} | "
+                f"| {label.format(**_sizes(meta))} | "
                 + " | ".join(_cell(s, key, sub, "jobs_per_s", ",.0f") for sub in subjects)
                 + " |"
             )
@@ -207,6 +207,11 @@ def tables(doc: dict[str, Any], source: str) -> str:
     return "\n".join(lines)
 
 
+def _sizes(meta: dict[str, Any]) -> dict[str, Any]:
+    # results written before the concurrency-1 drain had a size of its own
+    return {"drain_c1": meta["sizes"].get("drain", 0), **meta["sizes"]}
+
+
 def _order(subject: str) -> tuple[int, str]:
     return (0 if subject == "pgqueuer" else 1 if subject == "procrastinate" else 2, subject)
 
@@ -219,7 +224,7 @@ def chart(doc: dict[str, Any], path: Path) -> None:
 
     s = doc["summary"]
     subjects = sorted({sub for by in s.values() for sub in by}, key=_order)
-    panels = [(k, label) for k, label in THROUGHPUT if k in s]
+    panels = [(k, label.format(**_sizes(doc["meta"]))) for k, label in THROUGHPUT if k in s]
     if "latency" in s:
         panels.append(("latency", "pickup latency p50 / p99, ms (lower is better)"))
     cols = 3

@@ -323,6 +323,17 @@ def main() -> None:
         "--quick", action="store_true", help="small sizes, one repetition: a smoke test"
     )
     parser.add_argument("--memory-jobs", type=int, default=1_000_000)
+    parser.add_argument(
+        "--memory-subjects",
+        default="pgqueue/asyncpg,pgqueue/psycopg-sync,pgqueuer",
+        help="whose worker memory to follow over --memory-jobs jobs (one run each)",
+    )
+    parser.add_argument(
+        "--drain-c1-jobs",
+        type=int,
+        default=20_000,
+        help="jobs in the concurrency-1 drain (the slowest measurement: ~100 jobs/s for a peer)",
+    )
     parser.add_argument("--out", type=Path)
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args()
@@ -334,6 +345,7 @@ def main() -> None:
         "single": 300 if args.quick else 3000,
         "bulk": 10_000 if args.quick else 100_000,
         "drain": 2_000 if args.quick else 20_000,
+        "drain_c1": 500 if args.quick else args.drain_c1_jobs,
         "claim_jobs": 2_000 if args.quick else 10_000,
         "finished": 50_000 if args.quick else 1_000_000,
         "latency": 50 if args.quick else 200,
@@ -351,7 +363,7 @@ def main() -> None:
     if "enqueue_bulk" in scenarios:
         plan.append(("enqueue_bulk", lambda s: harness.enqueue_bulk(s, sizes["bulk"])))
     if "drain" in scenarios:
-        plan.append(("drain_c1", lambda s: harness.drain(s, sizes["drain"], 1)))
+        plan.append(("drain_c1", lambda s: harness.drain(s, sizes["drain_c1"], 1)))
         plan.append(("drain_c10", lambda s: harness.drain(s, sizes["drain"], 10)))
         plan.append(("drain_best", lambda s: harness.drain(s, sizes["drain"], best_concurrency(s))))
     if "drain_2proc" in scenarios:
@@ -386,7 +398,7 @@ def main() -> None:
                     flush=True,
                 )
     if "memory" in scenarios:
-        for subject in subjects:
+        for subject in [s for s in args.memory_subjects.split(",") if s in subjects]:
             result = harness.drain(
                 subject, sizes["memory"], best_concurrency(subject), sample_rss=0.5
             )
