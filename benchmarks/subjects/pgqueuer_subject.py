@@ -1,12 +1,26 @@
 """PGQueuer 1.6 behind the benchmark interface, on asyncpg and uvloop.
 
-The settings follow PGQueuer's own material: ``tools/benchmark.py`` runs everything under
-``uvloop.run`` on the asyncpg driver (``-d apg``, the default, which its benchmark page measures at
-~1.7x psycopg), and ``docs/guides/performance-tuning.md`` says to give a ``QueueManager`` a single
-direct asyncpg connection (not a pool) and to raise ``batch_size`` for short jobs. The schema is
-the default ``durable`` one (all tables logged), as ``pgq install`` creates it.
+Settings, and where they come from:
 
-A job's payload is the ASCII decimal of its ``i`` (``b"123"``), the form PGQueuer's benchmark uses.
+- ``uvloop.run`` and the asyncpg driver (``AsyncpgDriver`` on one direct connection): what
+  PGQueuer's own ``tools/benchmark.py`` runs (``-d apg`` is its default; its benchmark page puts
+  asyncpg at ~1.7x psycopg), and ``docs/guides/performance-tuning.md`` says to give a
+  ``QueueManager`` a single direct asyncpg connection, not a pool.
+- Concurrency is ``QueueManager.run(max_concurrent_tasks=concurrency)``, the guide's
+  "per-process ceiling", enforced in the dequeue query for this worker alone. An entrypoint's
+  ``concurrency_limit`` is the other knob, but it is a limit for the whole fleet ("at most 4 such
+  jobs run across your entire fleet"), so two worker processes would share one limit, and its
+  slot bookkeeping makes every dequeue heavier (measured: 13-27% slower at 50-200). The run
+  requires ``max_concurrent_tasks >= 2 * batch_size``, so concurrency 1 cannot be said that way;
+  there, and only there, the entrypoint gets ``concurrency_limit=1`` (one process: the same).
+- ``batch_size`` raised from its default 10, as the guide says for short jobs, to the largest
+  the run accepts, ``concurrency // 2`` (capped at ``BATCH_SIZE_MAX``). It is also the size at
+  which completions are flushed. (With ``concurrency_limit``, a batch as big as the limit
+  measured fastest up to a few hundred; bigger stopped helping.)
+- Durability as ``pgq install`` ships it (``durable``: every table logged). The guide's
+  ``balanced``/``volatile`` modes trade crash safety for speed, and ``pgq autovac`` (fillfactor,
+  autovacuum) made no measurable difference here, so neither is used.
+- A job's payload is the ASCII decimal of its ``i`` (``b"123"``), as PGQueuer's benchmark does.
 """
 
 from __future__ import annotations
@@ -16,6 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import asyncpg
 import uvloop
@@ -28,103 +43,102 @@ from .base import Subject
 
 ENTRYPOINT = "bench"
 
-#: Rows per ``Queries.enqueue`` call in ``enqueue_bulk``. One statement takes any length (the
-#: arrays travel as bind parameters); chunks keep each transaction and its reply moderate.
+#: Rows per ``Queries.enqueue`` call in ``enqueue_bulk``. One call takes any length (the arrays
+#: are bind parameters); chunks keep each transaction and its reply moderate.
 BULK_CHUNK = 10_000
 
-#: Upper bound on ``batch_size`` (jobs claimed per dequeue round trip). The default is 10; the
-#: tuning guide says to raise it for short jobs. Dequeues never claim past the entrypoint's
-#: ``concurrency_limit``, so the effective batch is ``min(BATCH_SIZE_MAX, concurrency)``.
-BATCH_SIZE_MAX = 50
+#: Largest ``batch_size``: beyond a few hundred, bigger batches stopped helping.
+BATCH_SIZE_MAX = 250
 
 STOP_POLL = 0.05
 
 
-def _quiet() -> None:
-    logging.getLogger("pgqueuer").setLevel(logging.WARNING)
+def _payload(i: int) -> bytes:
+    return str(i).encode()
 
 
 class PgQueuerSubject(Subject):
     name = "pgqueuer"
+    remaining_sql = "SELECT count(*) FROM pgqueuer"
 
     def __init__(self, dsn: str) -> None:
         super().__init__(dsn)
-        _quiet()
+        logging.getLogger("pgqueuer").setLevel(logging.WARNING)
 
-    def _run(self, coro):  # type: ignore[no-untyped-def]
+    def _run(self, coro: Any) -> Any:
         return uvloop.run(coro)
 
-    async def _connect(self) -> asyncpg.Connection:
-        return await asyncpg.connect(self.dsn)
+    async def _with_queries(self, fn: Callable[[asyncpg.Connection, Queries], Any]) -> Any:
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            return await fn(conn, Queries(AsyncpgDriver(conn)))
+        finally:
+            await conn.close()
 
     # -- schema -------------------------------------------------------------------------------
 
     def install(self) -> None:
-        async def go() -> None:
-            conn = await self._connect()
-            try:
-                await Queries(AsyncpgDriver(conn)).install()
-            finally:
-                await conn.close()
+        async def go(conn: asyncpg.Connection, queries: Queries) -> None:
+            await queries.install()
 
-        self._run(go())
+        self._run(self._with_queries(go))
 
     # -- enqueue ------------------------------------------------------------------------------
 
     def enqueue_single(self, start: int, n: int) -> float:
-        async def go() -> float:
-            conn = await self._connect()
-            try:
-                queries = Queries(AsyncpgDriver(conn))
-                t0 = time.perf_counter()
-                for i in range(start, start + n):
-                    await queries.enqueue(ENTRYPOINT, str(i).encode())
-                return time.perf_counter() - t0
-            finally:
-                await conn.close()
+        async def go(conn: asyncpg.Connection, queries: Queries) -> float:
+            # The first call prepares the statement; like the pgqueue subject, it is not timed
+            # and the rest is scaled to n calls.
+            await queries.enqueue(ENTRYPOINT, _payload(start))
+            t0 = time.perf_counter()
+            for i in range(start + 1, start + n):
+                await queries.enqueue(ENTRYPOINT, _payload(i))
+            return (time.perf_counter() - t0) * n / max(n - 1, 1)
 
-        return self._run(go())
+        return self._run(self._with_queries(go))
 
     def enqueue_bulk(self, start: int, n: int) -> float:
-        async def go() -> float:
-            conn = await self._connect()
-            try:
-                queries = Queries(AsyncpgDriver(conn))
-                t0 = time.perf_counter()
-                for lo in range(start, start + n, BULK_CHUNK):
-                    hi = min(lo + BULK_CHUNK, start + n)
-                    await queries.enqueue(
-                        [ENTRYPOINT] * (hi - lo),
-                        [str(i).encode() for i in range(lo, hi)],
-                        [0] * (hi - lo),
-                    )
-                return time.perf_counter() - t0
-            finally:
-                await conn.close()
+        async def go(conn: asyncpg.Connection, queries: Queries) -> float:
+            t0 = time.perf_counter()
+            for lo in range(start, start + n, BULK_CHUNK):
+                hi = min(lo + BULK_CHUNK, start + n)
+                await queries.enqueue(
+                    [ENTRYPOINT] * (hi - lo),
+                    [_payload(i) for i in range(lo, hi)],
+                    [0] * (hi - lo),
+                )
+            return time.perf_counter() - t0
 
-        return self._run(go())
+        return self._run(self._with_queries(go))
+
+    def enqueue_spaced(self, start: int, n: int, spacing: float) -> list[float]:
+        async def go(conn: asyncpg.Connection, queries: Queries) -> list[float]:
+            commits: list[float] = []
+            for i in range(start, start + n):
+                await asyncio.sleep(spacing)
+                await queries.enqueue(ENTRYPOINT, _payload(i))
+                commits.append(time.time())
+            return commits
+
+        return self._run(self._with_queries(go))
 
     # -- inspection ---------------------------------------------------------------------------
 
     def remaining(self) -> int:
-        async def go() -> int:
-            conn = await self._connect()
-            try:
-                return int(await conn.fetchval("SELECT count(*) FROM pgqueuer"))
-            finally:
-                await conn.close()
+        async def go(conn: asyncpg.Connection, queries: Queries) -> int:
+            return int(await conn.fetchval(self.remaining_sql))
 
-        return self._run(go())
+        return self._run(self._with_queries(go))
 
     def fill_finished(self, n: int) -> None:
         """Leave ``n`` finished jobs' history, as PGQueuer keeps it.
 
         A finished job's row is deleted from ``pgqueuer``; what stays is three ``pgqueuer_log``
-        rows (``queued`` at enqueue, ``picked`` at dequeue, ``successful`` at completion), later
-        folded by the log aggregation into per-second ``pgqueuer_statistics`` counts and marked
-        ``aggregated``. Ids come from the queue's own sequence, as real jobs' would; the history
-        ends an hour ago at a thousand jobs a second so it never shares a statistics bucket with
-        the run that follows.
+        rows (``queued`` at enqueue, ``picked`` at dequeue, ``successful`` at completion), which
+        the log aggregation later folds into per-second ``pgqueuer_statistics`` counts and marks
+        ``aggregated``. Ids come from the queue's own sequence, as real jobs' would. The history
+        ends an hour ago at a thousand jobs a second, so it shares no statistics bucket with the
+        run that follows.
         """
         sql = """
             WITH jobs AS MATERIALIZED (
@@ -153,17 +167,12 @@ class PgQueuerSubject(Subject):
             DO UPDATE SET count = pgqueuer_statistics.count + EXCLUDED.count
         """
 
-        async def go() -> None:
-            conn = await self._connect()
-            try:
-                await conn.execute(sql, n, ENTRYPOINT)
-                await conn.execute("VACUUM ANALYZE pgqueuer_log")
-                await conn.execute("VACUUM ANALYZE pgqueuer_statistics")
-                await conn.execute("VACUUM ANALYZE pgqueuer")
-            finally:
-                await conn.close()
+        async def go(conn: asyncpg.Connection, queries: Queries) -> None:
+            await conn.execute(sql, n, ENTRYPOINT)
+            for table in ("pgqueuer_log", "pgqueuer_statistics", "pgqueuer"):
+                await conn.execute(f"VACUUM ANALYZE {table}")
 
-        self._run(go())
+        self._run(self._with_queries(go))
 
     # -- worker -------------------------------------------------------------------------------
 
@@ -173,26 +182,29 @@ class PgQueuerSubject(Subject):
         record: Callable[[int], None],
         stop: threading.Event,
     ) -> None:
-        async def watch(qm: QueueManager) -> None:
-            while not stop.is_set():
-                await asyncio.sleep(STOP_POLL)
-            qm.shutdown.set()
+        if concurrency >= 2:
+            limit, batch_size = 0, min(concurrency // 2, BATCH_SIZE_MAX)
+            max_tasks: int | None = concurrency
+        else:
+            limit, batch_size, max_tasks = 1, 1, None
 
-        async def go() -> None:
-            conn = await self._connect()
+        async def go(conn: asyncpg.Connection, queries: Queries) -> None:
+            qm = QueueManager(queries)
+
+            @qm.entrypoint(ENTRYPOINT, concurrency_limit=limit)
+            async def handle(job: Job) -> None:
+                record(int(job.payload))  # type: ignore[arg-type]
+
+            async def watch() -> None:
+                while not stop.is_set():
+                    await asyncio.sleep(STOP_POLL)
+                # Graceful: the run loop ends, in-flight jobs finish, their log rows are flushed.
+                qm.shutdown.set()
+
+            watcher = asyncio.create_task(watch())
             try:
-                qm = QueueManager(Queries(AsyncpgDriver(conn)))
-
-                @qm.entrypoint(ENTRYPOINT, concurrency_limit=concurrency)
-                async def handle(job: Job) -> None:
-                    record(int(job.payload))  # type: ignore[arg-type]
-
-                watcher = asyncio.create_task(watch(qm))
-                try:
-                    await qm.run(batch_size=max(1, min(BATCH_SIZE_MAX, concurrency)))
-                finally:
-                    watcher.cancel()
+                await qm.run(batch_size=batch_size, max_concurrent_tasks=max_tasks)
             finally:
-                await conn.close()
+                watcher.cancel()
 
-        self._run(go())
+        self._run(self._with_queries(go))

@@ -149,8 +149,9 @@ WITH durability AS MATERIALIZED (
     UPDATE {{schema}}.{{jobs}} AS j
     SET status = 'processing', attempts = j.attempts + 1, instance_id = $4, lease_token = $5,
         worker_id = $6, locked_at = now()
-    FROM next
-    WHERE j.id = next.id
+    -- An id array rather than a join: the statement is prepared, and a generic plan guesses
+    -- that LIMIT $3 means 10 % of the table, which made a join hash the whole table.
+    WHERE j.id = ANY(ARRAY(SELECT id FROM next))
     RETURNING j.id, j.kind, j.payload::text AS payload, j.attempts, j.max_attempts,
         j.scheduled_for, j.options::text AS options, j.priority
 )
@@ -175,9 +176,9 @@ WHERE (SELECT count(*) FROM claimed) < $3;
 -- (Retry(in_=...): run again after the delay, the attempt not counted); 'release' (shutdown
 -- cut the job off: pending again at once without charging the attempt, or cancelled if a
 -- cancel was requested meanwhile).
--- Every write after the claim names the job, the lease and the status, so an owner that lost
--- the job (rescued, cancelled, released) cannot overwrite what happened since: such a job is
--- left alone and missing from the returned ids.
+-- Every write after the claim names the job and its lease, so an owner that lost the job
+-- (rescued, cancelled, released) cannot overwrite what happened since: such a job is left
+-- alone and missing from the returned ids.
 WITH o AS (
     SELECT * FROM unnest(
         $1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::float8[], $6::text[], $7::text[]
@@ -218,7 +219,11 @@ SET status = CASE o.action
     worker_id = CASE WHEN o.action = 'release' THEN NULL ELSE j.worker_id END,
     locked_at = CASE WHEN o.action = 'release' THEN NULL ELSE j.locked_at END
 FROM o
-WHERE j.id = o.id AND j.lease_token = o.lease AND j.status = 'processing'
+-- Rows are found by primary key ("j.id = ANY($1)"), whatever the plan guesses about the size of
+-- the arrays. The lease alone proves ownership: a lease token is set by the claim and cleared
+-- by every statement that moves a job out of 'processing' (this one, job_rescue). A status
+-- test here would let the planner scan every running job for each outcome instead.
+WHERE j.id = ANY($1::bigint[]) AND j.id = o.id AND j.lease_token = o.lease
 RETURNING j.id;
 
 -- name: job_cancel
