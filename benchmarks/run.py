@@ -36,8 +36,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 # Each library's best drain concurrency in one process, found by sweeping 10..200 on this
 # machine (docs/benchmarks.md, "How the numbers were taken").
-BEST_CONCURRENCY = {"pgqueuer": 50, "procrastinate": 50}
-PGQUEUE_BEST = 50
+BEST_CONCURRENCY = {"pgqueuer": 500, "procrastinate": 50}
+PGQUEUE_BEST = 100
 
 
 def best_concurrency(subject: str) -> int:
@@ -335,6 +335,12 @@ def main() -> None:
         default="pgqueue/asyncpg,pgqueue/psycopg-sync,pgqueuer",
         help="whose worker memory to follow over --memory-jobs jobs (one run each)",
     )
+    parser.add_argument("--drain-jobs", type=int, default=20_000, help="jobs per drain")
+    parser.add_argument(
+        "--claim-subjects",
+        default=",".join(ALL),
+        help="who runs the claim-cost measurement (filling 1M rows takes up to a minute each)",
+    )
     parser.add_argument(
         "--drain-c1-jobs",
         type=int,
@@ -351,7 +357,7 @@ def main() -> None:
     sizes = {
         "single": 300 if args.quick else 3000,
         "bulk": 10_000 if args.quick else 100_000,
-        "drain": 2_000 if args.quick else 20_000,
+        "drain": 2_000 if args.quick else args.drain_jobs,
         "drain_c1": 500 if args.quick else args.drain_c1_jobs,
         "claim_jobs": 2_000 if args.quick else 10_000,
         "finished": 50_000 if args.quick else 1_000_000,
@@ -392,9 +398,10 @@ def main() -> None:
         )
 
     started = time.monotonic()
+    claimers = [s for s in args.claim_subjects.split(",") if s in subjects]
     for name, fn in plan:
         for rep in range(reps):
-            for subject in subjects:
+            for subject in claimers if name.startswith("claim_") else subjects:
                 t = time.monotonic()
                 result = fn(subject)
                 runs.append({"measurement": name, "subject": subject, "rep": rep, **result})
