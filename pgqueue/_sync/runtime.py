@@ -71,7 +71,7 @@ class _Running:
     job: ClaimedJob
     cancel: CancelFlag = field(default_factory=CancelFlag)
     handle: Any = None  # from JobPool.submit
-    inner: Any = None  # the future running process(), when the side has one
+    inner: Any = None  # what to cancel to cut process() off (the job's task), while it runs
     is_coroutine: bool = False
 
 
