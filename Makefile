@@ -48,6 +48,10 @@ typecheck: $(STAMP) ## Run mypy --strict on the package
 test: $(STAMP) ## Run the test suite against PostgreSQL (see PGQUEUE_TEST_DSN in the README)
 	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
 
+.PHONY: test-faults
+test-faults: $(STAMP) ## Run the fault-injection suite (real processes; restarts the local PostgreSQL)
+	$(VENV)/bin/pytest -q -m faults tests/faults $(PYTEST_ARGS)
+
 .PHONY: check
 check: check-generated lint typecheck test ## Everything CI runs
 

@@ -114,6 +114,14 @@ def _parser() -> argparse.ArgumentParser:
         help="apply pending migrations before starting [$PGQUEUE_MIGRATE=1]",
     )
     worker.add_argument(
+        "--asyncio",
+        action="store_true",
+        default=_env_flag("PGQUEUE_ASYNCIO"),
+        help="run the asyncio runtime (async jobs on the event loop, sync ones on threads); "
+        "always on with asyncpg, directly or in a postgresql+asyncpg:// SQLAlchemy URL "
+        "[$PGQUEUE_ASYNCIO=1]",
+    )
+    worker.add_argument(
         "--log-level",
         type=str.upper,
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -151,6 +159,7 @@ _RUNTIME_OPTIONS = (
     "rescue_after",
     "leader_interval",
     "shutdown_timeout",
+    "listener_reconnect_max",
 )
 
 
@@ -203,8 +212,7 @@ def _run_worker(args: argparse.Namespace, settings: Settings) -> int:
     queues = parse_queues(args.queues)
     config = RuntimeConfig(**{name: getattr(args, name) for name in _RUNTIME_OPTIONS})
     url = args.dsn or os.environ.get("PGQUEUE_DSN") or os.environ.get("DATABASE_URL")
-    if resolve_driver_name(url, args.driver)[0] == "asyncpg":
-        # asyncio-only: run the asyncio client on an event loop of our own
+    if args.asyncio or _asyncio_only(url, args.driver):
         return asyncio.run(_run_worker_async(args, settings, registry, queues, config))
     with Client.connect(args.dsn, driver=args.driver, registry=registry, settings=settings) as c:
         if args.migrate:
@@ -219,6 +227,15 @@ def _run_worker(args: argparse.Namespace, settings: Settings) -> int:
             pass
         c.stop(0.0 if stopper.signals > 1 else None)
     return 0
+
+
+def _asyncio_only(url: str | None, driver: str | None) -> bool:
+    """Whether the driver can only run under asyncio (asyncpg, directly or under SQLAlchemy)."""
+    name, _ = resolve_driver_name(url, driver)
+    if name == "asyncpg":
+        return True
+    scheme = (url or "").split("://", 1)[0].lower()
+    return name == "sqlalchemy" and scheme.endswith("+asyncpg")
 
 
 class _Stopper:

@@ -18,11 +18,14 @@ from .errors import ConfigurationError, DriverNotInstalled
 
 __all__ = [
     "DRIVER_ENV_VAR",
+    "LOCK_IDLE_TIMEOUT_SQL",
+    "LOST_SQLSTATES",
     "Notification",
     "Params",
     "Row",
     "adapter_for_native",
     "driver_names",
+    "idle_timeout_setting",
     "load_adapter",
     "resolve_driver_name",
 ]
@@ -34,6 +37,23 @@ Params = Sequence[Any]
 """Positional parameters for ``$1, $2, ...`` placeholders."""
 
 DRIVER_ENV_VAR = "PGQUEUE_DRIVER"
+
+LOST_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "57P04", "57P05", "25P03"})
+"""SQLSTATEs (besides class 08, connection exceptions) that mean the session is gone:
+admin_shutdown (pg_terminate_backend), crash_shutdown, cannot_connect_now, database_dropped,
+idle_session_timeout and idle_in_transaction_session_timeout. Adapters raise ConnectionLost."""
+
+# Run by adapters on an advisory-lock session that was given an idle timeout. Servers before
+# PostgreSQL 14 have no idle_session_timeout; there the lock lasts as long as the session.
+LOCK_IDLE_TIMEOUT_SQL = (
+    "SELECT set_config('idle_session_timeout', $1, false) "
+    "WHERE current_setting('server_version_num')::int >= 140000"
+)
+
+
+def idle_timeout_setting(seconds: float) -> str:
+    """``seconds`` as an ``idle_session_timeout`` value (whole milliseconds, at least 1)."""
+    return f"{max(1, round(seconds * 1000))}ms"
 
 
 @dataclass(frozen=True)

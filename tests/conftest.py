@@ -47,9 +47,19 @@ class Db:
     """An independent observer: its own autocommit connection, outside any code under test."""
 
     def __init__(self, url: str) -> None:
+        self.url = url
         self.conn = psycopg.connect(url, autocommit=True)
 
     def rows(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        try:
+            with psycopg.RawCursor(self.conn) as cur:
+                cur.execute(query, params)
+                return cur.fetchall() if cur.description else []
+        except psycopg.OperationalError:
+            if not self.conn.broken:
+                raise
+        # The fault suite restarts the server: come back once with a new session.
+        self.conn = psycopg.connect(self.url, autocommit=True)
         with psycopg.RawCursor(self.conn) as cur:
             cur.execute(query, params)
             return cur.fetchall() if cur.description else []
@@ -69,7 +79,8 @@ def db(database_url: str) -> Iterator[Db]:
 def schema(db: Db) -> Iterator[str]:
     name = f"t_{uuid.uuid4().hex[:12]}"
     yield name
-    db.conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+    drop = sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name))
+    db.rows(drop.as_string(db.conn))
 
 
 @pytest.fixture

@@ -114,10 +114,14 @@ class Driver(Protocol):
         """Open a dedicated session listening on ``channel``."""
         ...
 
-    def try_advisory_lock(self, key: int) -> AdvisoryLock | None:
+    def try_advisory_lock(self, key: int, idle_timeout: float | None = None) -> AdvisoryLock | None:
         """Try to take session advisory lock ``key`` on a new dedicated session, without waiting.
 
-        Returns the held lock, or ``None`` if another session holds it.
+        Returns the held lock, or ``None`` if another session holds it. With ``idle_timeout``
+        (seconds), the session sets ``idle_session_timeout`` (PostgreSQL 14 and later), so the
+        server ends it, and releases the lock, once it has been idle that long: a holder whose
+        process stalls (stopped, swapped out) cannot keep the lock. The holder keeps the session
+        busy by calling ``is_held()`` more often than that.
         """
         ...
 
@@ -167,9 +171,9 @@ class TxDriverBase:
         """Open a dedicated listening session (through the parent driver)."""
         return self._require_parent().listener(channel)
 
-    def try_advisory_lock(self, key: int) -> AdvisoryLock | None:
+    def try_advisory_lock(self, key: int, idle_timeout: float | None = None) -> AdvisoryLock | None:
         """Try to take an advisory lock on a dedicated session (through the parent driver)."""
-        return self._require_parent().try_advisory_lock(key)
+        return self._require_parent().try_advisory_lock(key, idle_timeout)
 
     def close(self) -> None:
         """Do nothing: the transaction's connection belongs to whoever opened it."""

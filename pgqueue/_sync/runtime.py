@@ -436,7 +436,11 @@ class Runtime:
 
     def _lead_once(self) -> None:
         if self._lock is None:
-            self._lock = self.driver.try_advisory_lock(self.settings.advisory_key("leader"))
+            # The lock's session is ended by the server once idle for this long, so a leader
+            # that stalls (SIGSTOP, swapped out, a blocked event loop) loses the lead about when
+            # its heartbeat goes stale, instead of holding it, and every rescue, for ever.
+            idle = max(self.config.rescue_after, 2 * self.config.leader_interval)
+            self._lock = self.driver.try_advisory_lock(self.settings.advisory_key("leader"), idle)
             if self._lock is None:
                 return
             logger.info("instance %s is now the leader", self.instance_id)

@@ -18,7 +18,14 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from pgqueue._async.driver import AsyncTxDriverBase
-from pgqueue.drivers import Notification, Params, Row
+from pgqueue.drivers import (
+    LOCK_IDLE_TIMEOUT_SQL,
+    LOST_SQLSTATES,
+    Notification,
+    Params,
+    Row,
+    idle_timeout_setting,
+)
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError
 
 __all__ = [
@@ -35,9 +42,6 @@ __all__ = [
     "translate_error",
 ]
 
-# SQLSTATEs that mean the session is gone: admin_shutdown (pg_terminate_backend), crash_shutdown,
-# cannot_connect_now; class 08 is connection exceptions.
-_LOST_STATES = {"57P01", "57P02", "57P03"}
 # asyncpg reports a connection it can no longer use with an InterfaceError worded like these.
 _LOST_INTERFACE = re.compile(r"closed|closing|released back to the pool|terminated", re.IGNORECASE)
 # What asyncpg (and the sockets under it) raise; anything else is not ours to translate.
@@ -67,7 +71,7 @@ def translate_error(exc: BaseException) -> DatabaseError:
         if detail:
             message = f"{message}\nDETAIL: {detail}"
         if isinstance(exc, asyncpg.PostgresConnectionError) or (
-            state is not None and (state.startswith("08") or state in _LOST_STATES)
+            state is not None and (state.startswith("08") or state in LOST_SQLSTATES)
         ):
             return ConnectionLost(f"lost the database connection: {message}", state)
         return DatabaseError(message, state, getattr(exc, "constraint_name", None))
@@ -278,9 +282,14 @@ class AsyncpgDriver:
         """Open a dedicated connection that LISTENs on ``channel``."""
         return await AsyncpgListener.start(await self._dedicated(), channel)
 
-    async def try_advisory_lock(self, key: int) -> AsyncpgAdvisoryLock | None:
-        """Try to take advisory lock ``key`` on a new dedicated connection, without waiting."""
-        return await AsyncpgAdvisoryLock.acquire(await self._dedicated(), key)
+    async def try_advisory_lock(
+        self, key: int, idle_timeout: float | None = None
+    ) -> AsyncpgAdvisoryLock | None:
+        """Try to take advisory lock ``key`` on a new dedicated connection, without waiting.
+
+        ``idle_timeout``: see ``AsyncDriver.try_advisory_lock``.
+        """
+        return await AsyncpgAdvisoryLock.acquire(await self._dedicated(), key, idle_timeout)
 
     async def copy_records(
         self,
@@ -453,13 +462,17 @@ class AsyncpgAdvisoryLock:
         self._pid: int = conn.get_server_pid()
 
     @classmethod
-    async def acquire(cls, conn: asyncpg.Connection, key: int) -> AsyncpgAdvisoryLock | None:
+    async def acquire(
+        cls, conn: asyncpg.Connection, key: int, idle_timeout: float | None = None
+    ) -> AsyncpgAdvisoryLock | None:
         """Try to lock ``key`` on ``conn`` (dedicated; the lock owns it).
 
         Closes ``conn`` and returns ``None`` when another session holds the lock.
         """
         try:
             rows = await _run(conn, "SELECT pg_try_advisory_lock($1)", (key,), True)
+            if rows[0][0] and idle_timeout is not None:
+                await _run(conn, LOCK_IDLE_TIMEOUT_SQL, (idle_timeout_setting(idle_timeout),), True)
         except BaseException:
             await _close_quietly(conn)
             raise

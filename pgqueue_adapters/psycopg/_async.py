@@ -19,7 +19,14 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgqueue._async.compat import Lock
 from pgqueue._async.driver import AsyncTxDriverBase
-from pgqueue.drivers import Notification, Params, Row
+from pgqueue.drivers import (
+    LOCK_IDLE_TIMEOUT_SQL,
+    LOST_SQLSTATES,
+    Notification,
+    Params,
+    Row,
+    idle_timeout_setting,
+)
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError
 
 __all__ = [
@@ -31,9 +38,6 @@ __all__ = [
     "async_wrap_transaction",
 ]
 
-# SQLSTATEs that mean the session is gone: admin_shutdown (pg_terminate_backend), crash_shutdown,
-# cannot_connect_now; class 08 is connection exceptions.
-_LOST_STATES = {"57P01", "57P02", "57P03"}
 # Where to go with an object of the other side (the sync twin gets the mirror text).
 _OTHER_SIDE = "Client takes sync ones"  # sync: _OTHER_SIDE = "AsyncClient takes async ones"
 
@@ -43,7 +47,7 @@ def translate_error(exc: psycopg.Error) -> DatabaseError:
     state = exc.sqlstate
     lost = isinstance(exc, psycopg.InterfaceError) or (
         isinstance(exc, psycopg.OperationalError)
-        and (state is None or state.startswith("08") or state in _LOST_STATES)
+        and (state is None or state.startswith("08") or state in LOST_SQLSTATES)
     )
     message = str(exc).strip() or type(exc).__name__
     if lost:
@@ -178,9 +182,14 @@ class AsyncPsycopgDriver:
         """Open a dedicated connection that LISTENs on ``channel``."""
         return await AsyncPsycopgListener.start(await self._dedicated(), channel)
 
-    async def try_advisory_lock(self, key: int) -> AsyncPsycopgAdvisoryLock | None:
-        """Try to take advisory lock ``key`` on a new dedicated connection, without waiting."""
-        return await AsyncPsycopgAdvisoryLock.acquire(await self._dedicated(), key)
+    async def try_advisory_lock(
+        self, key: int, idle_timeout: float | None = None
+    ) -> AsyncPsycopgAdvisoryLock | None:
+        """Try to take advisory lock ``key`` on a new dedicated connection, without waiting.
+
+        ``idle_timeout``: see ``AsyncDriver.try_advisory_lock``.
+        """
+        return await AsyncPsycopgAdvisoryLock.acquire(await self._dedicated(), key, idle_timeout)
 
     async def copy_records(
         self,
@@ -298,13 +307,17 @@ class AsyncPsycopgAdvisoryLock:
         self._pid = conn.info.backend_pid
 
     @classmethod
-    async def acquire(cls, conn: AsyncConnection[Any], key: int) -> AsyncPsycopgAdvisoryLock | None:
+    async def acquire(
+        cls, conn: AsyncConnection[Any], key: int, idle_timeout: float | None = None
+    ) -> AsyncPsycopgAdvisoryLock | None:
         """Try to lock ``key`` on ``conn`` (autocommit, dedicated; the lock owns it).
 
         Closes ``conn`` and returns ``None`` when another session holds the lock.
         """
         try:
             rows = await _run(conn, "SELECT pg_try_advisory_lock($1)", (key,), True)
+            if rows[0][0] and idle_timeout is not None:
+                await _run(conn, LOCK_IDLE_TIMEOUT_SQL, (idle_timeout_setting(idle_timeout),), True)
         except BaseException:
             await conn.close()
             raise

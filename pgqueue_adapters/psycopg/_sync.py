@@ -20,7 +20,14 @@ from psycopg_pool import ConnectionPool
 
 from pgqueue._sync.compat import Lock
 from pgqueue._sync.driver import TxDriverBase
-from pgqueue.drivers import Notification, Params, Row
+from pgqueue.drivers import (
+    LOCK_IDLE_TIMEOUT_SQL,
+    LOST_SQLSTATES,
+    Notification,
+    Params,
+    Row,
+    idle_timeout_setting,
+)
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError
 
 __all__ = [
@@ -32,9 +39,6 @@ __all__ = [
     "sync_wrap_transaction",
 ]
 
-# SQLSTATEs that mean the session is gone: admin_shutdown (pg_terminate_backend), crash_shutdown,
-# cannot_connect_now; class 08 is connection exceptions.
-_LOST_STATES = {"57P01", "57P02", "57P03"}
 # Where to go with an object of the other side (the sync twin gets the mirror text).
 _OTHER_SIDE = "AsyncClient takes async ones"
 
@@ -44,7 +48,7 @@ def translate_error(exc: psycopg.Error) -> DatabaseError:
     state = exc.sqlstate
     lost = isinstance(exc, psycopg.InterfaceError) or (
         isinstance(exc, psycopg.OperationalError)
-        and (state is None or state.startswith("08") or state in _LOST_STATES)
+        and (state is None or state.startswith("08") or state in LOST_SQLSTATES)
     )
     message = str(exc).strip() or type(exc).__name__
     if lost:
@@ -177,9 +181,14 @@ class PsycopgDriver:
         """Open a dedicated connection that LISTENs on ``channel``."""
         return PsycopgListener.start(self._dedicated(), channel)
 
-    def try_advisory_lock(self, key: int) -> PsycopgAdvisoryLock | None:
-        """Try to take advisory lock ``key`` on a new dedicated connection, without waiting."""
-        return PsycopgAdvisoryLock.acquire(self._dedicated(), key)
+    def try_advisory_lock(
+        self, key: int, idle_timeout: float | None = None
+    ) -> PsycopgAdvisoryLock | None:
+        """Try to take advisory lock ``key`` on a new dedicated connection, without waiting.
+
+        ``idle_timeout``: see ``Driver.try_advisory_lock``.
+        """
+        return PsycopgAdvisoryLock.acquire(self._dedicated(), key, idle_timeout)
 
     def copy_records(
         self,
@@ -297,13 +306,17 @@ class PsycopgAdvisoryLock:
         self._pid = conn.info.backend_pid
 
     @classmethod
-    def acquire(cls, conn: Connection[Any], key: int) -> PsycopgAdvisoryLock | None:
+    def acquire(
+        cls, conn: Connection[Any], key: int, idle_timeout: float | None = None
+    ) -> PsycopgAdvisoryLock | None:
         """Try to lock ``key`` on ``conn`` (autocommit, dedicated; the lock owns it).
 
         Closes ``conn`` and returns ``None`` when another session holds the lock.
         """
         try:
             rows = _run(conn, "SELECT pg_try_advisory_lock($1)", (key,), True)
+            if rows[0][0] and idle_timeout is not None:
+                _run(conn, LOCK_IDLE_TIMEOUT_SQL, (idle_timeout_setting(idle_timeout),), True)
         except BaseException:
             conn.close()
             raise

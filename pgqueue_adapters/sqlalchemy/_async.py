@@ -27,7 +27,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from pgqueue._async.compat import Lock
 from pgqueue._async.driver import AsyncAdvisoryLock, AsyncListener, AsyncTxDriverBase
-from pgqueue.drivers import Params, Row, load_adapter
+from pgqueue.drivers import LOST_SQLSTATES, Params, Row, load_adapter
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError, DriverNotInstalled
 
 if TYPE_CHECKING:
@@ -60,9 +60,6 @@ _SQLALCHEMY_QUERY_KEYS = (
 # Errors that statements and connection checkouts can raise: SQLAlchemy wraps the DBAPI's
 # errors, but its asyncpg dialect lets a failed connect's OSError through as it is.
 _DB_ERRORS = (sa_exc.DBAPIError, OSError)
-# SQLSTATEs that mean the session is gone: admin_shutdown (pg_terminate_backend), crash_shutdown,
-# cannot_connect_now; class 08 is connection exceptions.
-_LOST_STATES = {"57P01", "57P02", "57P03"}
 
 
 # -- placeholders -------------------------------------------------------------------------------
@@ -174,7 +171,7 @@ def translate_error(exc: BaseException) -> DatabaseError:
     lost = (
         exc.connection_invalidated
         or isinstance(exc, sa_exc.InterfaceError)
-        or (state is not None and (state.startswith("08") or state in _LOST_STATES))
+        or (state is not None and (state.startswith("08") or state in LOST_SQLSTATES))
         or (isinstance(exc, sa_exc.OperationalError) and state is None)
     )
     if lost:
@@ -432,22 +429,27 @@ class AsyncSQLAlchemyDriver:
         )
         return started
 
-    async def try_advisory_lock(self, key: int) -> AsyncAdvisoryLock | None:
-        """Try to take advisory lock ``key`` on a new dedicated connection, without waiting."""
+    async def try_advisory_lock(
+        self, key: int, idle_timeout: float | None = None
+    ) -> AsyncAdvisoryLock | None:
+        """Try to take advisory lock ``key`` on a new dedicated connection, without waiting.
+
+        ``idle_timeout``: see ``AsyncDriver.try_advisory_lock``.
+        """
         dsn = _dedicated_dsn(self._dialect, self._url)
         # async-only: begin
         if self._dialect.driver == "asyncpg":
             from pgqueue_adapters.asyncpg import AsyncpgAdvisoryLock
 
             lock: AsyncAdvisoryLock | None = await AsyncpgAdvisoryLock.acquire(
-                await _asyncpg_connect(dsn), key
+                await _asyncpg_connect(dsn), key, idle_timeout
             )
             return lock
         # async-only: end
         conn = await _psycopg_connect(dsn)
         got: AsyncAdvisoryLock | None = await load_adapter(
             "psycopg"
-        ).AsyncPsycopgAdvisoryLock.acquire(conn, key)
+        ).AsyncPsycopgAdvisoryLock.acquire(conn, key, idle_timeout)
         return got
 
     async def copy_records(

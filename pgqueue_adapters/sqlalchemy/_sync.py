@@ -29,7 +29,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from pgqueue._sync.compat import Lock
 from pgqueue._sync.driver import AdvisoryLock, Listener, TxDriverBase
-from pgqueue.drivers import Params, Row, load_adapter
+from pgqueue.drivers import LOST_SQLSTATES, Params, Row, load_adapter
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError, DriverNotInstalled
 
 if TYPE_CHECKING:
@@ -61,9 +61,6 @@ _SQLALCHEMY_QUERY_KEYS = (
 # Errors that statements and connection checkouts can raise: SQLAlchemy wraps the DBAPI's
 # errors, but its asyncpg dialect lets a failed connect's OSError through as it is.
 _DB_ERRORS = (sa_exc.DBAPIError, OSError)
-# SQLSTATEs that mean the session is gone: admin_shutdown (pg_terminate_backend), crash_shutdown,
-# cannot_connect_now; class 08 is connection exceptions.
-_LOST_STATES = {"57P01", "57P02", "57P03"}
 
 
 # -- placeholders -------------------------------------------------------------------------------
@@ -175,7 +172,7 @@ def translate_error(exc: BaseException) -> DatabaseError:
     lost = (
         exc.connection_invalidated
         or isinstance(exc, sa_exc.InterfaceError)
-        or (state is not None and (state.startswith("08") or state in _LOST_STATES))
+        or (state is not None and (state.startswith("08") or state in LOST_SQLSTATES))
         or (isinstance(exc, sa_exc.OperationalError) and state is None)
     )
     if lost:
@@ -369,11 +366,16 @@ class SQLAlchemyDriver:
         started: Listener = load_adapter("psycopg").PsycopgListener.start(conn, channel)
         return started
 
-    def try_advisory_lock(self, key: int) -> AdvisoryLock | None:
-        """Try to take advisory lock ``key`` on a new dedicated connection, without waiting."""
+    def try_advisory_lock(self, key: int, idle_timeout: float | None = None) -> AdvisoryLock | None:
+        """Try to take advisory lock ``key`` on a new dedicated connection, without waiting.
+
+        ``idle_timeout``: see ``Driver.try_advisory_lock``.
+        """
         dsn = _dedicated_dsn(self._dialect, self._url)
         conn = _psycopg_connect(dsn)
-        got: AdvisoryLock | None = load_adapter("psycopg").PsycopgAdvisoryLock.acquire(conn, key)
+        got: AdvisoryLock | None = load_adapter("psycopg").PsycopgAdvisoryLock.acquire(
+            conn, key, idle_timeout
+        )
         return got
 
     def copy_records(

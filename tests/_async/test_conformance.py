@@ -6,6 +6,7 @@ adapter passes or fails it without a line changed here.
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -201,6 +202,28 @@ async def test_advisory_lock_dies_with_its_session(driver: pgqueue.AsyncDriver, 
     assert other is not None
     await other.release()
     await lock.release()  # releasing a dead lock does not raise
+
+
+async def test_advisory_lock_with_idle_timeout_is_lost_when_its_holder_stalls(
+    driver: pgqueue.AsyncDriver, db
+) -> None:
+    key = 55501
+    lock = await driver.try_advisory_lock(key, idle_timeout=0.4)
+    assert lock is not None
+    try:
+        # a holder that keeps its session busy keeps the lock ...
+        for _ in range(8):
+            assert await lock.is_held()
+            await sleep(0.1)
+        # ... one that goes quiet for longer than the timeout loses it to the server
+        start = time.monotonic()
+        while (other := await driver.try_advisory_lock(key)) is None:
+            assert time.monotonic() - start < 5, "the idle lock session was not ended"
+            await sleep(0.05)
+        await other.release()
+        assert not await lock.is_held()
+    finally:
+        await lock.release()
 
 
 async def test_copy_records(driver: pgqueue.AsyncDriver, table: str, schema: str, db) -> None:

@@ -8,6 +8,7 @@ adapter passes or fails it without a line changed here.
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -203,6 +204,28 @@ def test_advisory_lock_dies_with_its_session(driver: pgqueue.Driver, db) -> None
     assert other is not None
     other.release()
     lock.release()  # releasing a dead lock does not raise
+
+
+def test_advisory_lock_with_idle_timeout_is_lost_when_its_holder_stalls(
+    driver: pgqueue.Driver, db
+) -> None:
+    key = 55501
+    lock = driver.try_advisory_lock(key, idle_timeout=0.4)
+    assert lock is not None
+    try:
+        # a holder that keeps its session busy keeps the lock ...
+        for _ in range(8):
+            assert lock.is_held()
+            sleep(0.1)
+        # ... one that goes quiet for longer than the timeout loses it to the server
+        start = time.monotonic()
+        while (other := driver.try_advisory_lock(key)) is None:
+            assert time.monotonic() - start < 5, "the idle lock session was not ended"
+            sleep(0.05)
+        other.release()
+        assert not lock.is_held()
+    finally:
+        lock.release()
 
 
 def test_copy_records(driver: pgqueue.Driver, table: str, schema: str, db) -> None:

@@ -1,0 +1,1 @@
+"""The fault-injection suite: real worker processes, real faults (``make test-faults``)."""

@@ -1,0 +1,46 @@
+"""Fixtures of the fault suite: one :class:`~tests.faults.harness.Fleet` per test and mode."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.faults.harness import ALL_MODES, Fleet, Observer
+
+pytestmark = pytest.mark.faults
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.path).parents:
+            item.add_marker(pytest.mark.faults)
+            item.add_marker(pytest.mark.timeout(300))
+
+
+@pytest.fixture(params=ALL_MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def observer(database_url: str) -> Iterator[Observer]:
+    obs = Observer(database_url)
+    yield obs
+    obs.close()
+
+
+@pytest.fixture
+def fleet(
+    mode: str, database_url: str, schema: str, tmp_path: Path, observer: Observer, db: Any
+) -> Iterator[Fleet]:
+    f = Fleet(mode, database_url, schema, tmp_path, observer)
+    f.own_backends = lambda: [] if db.conn.closed else [db.conn.info.backend_pid]
+    f.setup()
+    try:
+        yield f
+    finally:
+        f.kill_all()

@@ -1,0 +1,505 @@
+"""Real worker processes, the faults done to them, and the invariants checked afterwards.
+
+A :class:`Fleet` starts ``pgqueue worker`` processes (the real command line) in one driver mode,
+enqueues jobs from the test process, records every fault it causes (what, when by the database's
+clock, to which process), and at the end checks the invariants of ``docs/guarantees.md``
+against the ``fault_runs`` table that the jobs write (see ``tests/faults/jobs.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psutil
+import psycopg
+
+import pgqueue
+from tests.faults import jobs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# mode -> (URL scheme, driver, asyncio runtime?)
+MODES: dict[str, tuple[str, str, bool]] = {
+    "psycopg-sync": ("postgresql", "psycopg", False),
+    "psycopg-async": ("postgresql", "psycopg", True),
+    "sqlalchemy-sync": ("postgresql+psycopg", "sqlalchemy", False),
+    "sqlalchemy-async": ("postgresql+asyncpg", "sqlalchemy", True),
+    "asyncpg": ("postgresql", "asyncpg", True),
+}
+ALL_MODES = tuple(MODES)
+
+# The settings the recovery bounds depend on (docs/guarantees.md quotes them).
+HEARTBEAT = 0.25
+RESCUE_AFTER = 2.0
+LEADER_INTERVAL = 0.25
+POLL_INTERVAL = 0.5
+RECONNECT_MAX = 1.0
+# Most connections one worker may hold: its pool (SQLAlchemy's default overflow doubles it),
+# plus the listener and the leader's lock session.
+POOL_MAX = {"sqlalchemy-sync": 20, "sqlalchemy-async": 20}
+FINAL = ("completed", "failed", "cancelled")
+
+TIMES_FILE = Path(os.environ.get("FAULT_TIMES", ROOT / ".fault-times.jsonl"))
+
+
+def deadline_loop(timeout: float, what: str, interval: float = 0.02) -> Iterable[float]:
+    """Yield elapsed seconds until the caller breaks out; fail after ``timeout`` seconds."""
+    start = time.monotonic()
+    while True:
+        elapsed = time.monotonic() - start
+        if elapsed > timeout:
+            raise AssertionError(f"not within {timeout}s: {what}")
+        yield elapsed
+        time.sleep(interval)
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Return ``predicate()`` once it is truthy; fail after ``timeout`` seconds."""
+    for _ in deadline_loop(timeout, what):
+        value = predicate()
+        if value:
+            return value
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def note_time(case: str, mode: str, seconds: float, bound: float) -> None:
+    """Print a measured recovery time and append it to ``$FAULT_TIMES`` for the docs."""
+    print(f"RECOVERY {case} [{mode}]: {seconds:.2f}s (bound {bound:.1f}s)")
+    with TIMES_FILE.open("a") as f:
+        f.write(json.dumps({"case": case, "mode": mode, "seconds": round(seconds, 3)}) + "\n")
+    assert seconds < bound, f"{case} [{mode}]: recovery took {seconds:.2f}s, bound {bound:.1f}s"
+
+
+class Observer:
+    """The test's own autocommit connection; reconnects when a fault took it down."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.conn = psycopg.connect(url, autocommit=True)
+
+    def rows(self, query: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        for attempt in range(100):
+            try:
+                if self.conn.closed or self.conn.broken:
+                    self.conn = psycopg.connect(self.url, autocommit=True, connect_timeout=3)
+                with self.conn.cursor() as cur:
+                    cur.execute(query, tuple(params))
+                    return cur.fetchall() if cur.description else []
+            except psycopg.OperationalError:
+                if attempt == 99:
+                    raise
+                time.sleep(0.1)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def value(self, query: str, params: Iterable[Any] = ()) -> Any:
+        return self.rows(query, params)[0][0]
+
+    def now(self) -> datetime:
+        return self.value("SELECT clock_timestamp()")  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+@dataclass
+class Fault:
+    at: datetime
+    what: str
+    pid: int | None  # None: it hit every process (backends killed, server restarted)
+    fatal: bool = False  # the process died of it
+
+    def overlaps(self, pid: int, started: datetime) -> bool:
+        """Whether this fault struck a run that ``pid`` started at ``started``."""
+        if self.pid is not None and self.pid != pid:
+            return False
+        # A process that died was in every one of its runs. Otherwise the run must have begun
+        # before the fault; the slack covers a run whose start row the database stamped a
+        # little after the job had in fact begun.
+        return self.fatal or started <= self.at + timedelta(seconds=1)
+
+
+@dataclass
+class Worker:
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    mode: str
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+@dataclass
+class Fleet:
+    """Worker processes of one driver mode on one schema, and what was done to them."""
+
+    mode: str
+    base_url: str  # postgresql://… of the test database
+    schema: str
+    logs: Path
+    observer: Observer
+    workers: list[Worker] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+    committed: set[int] = field(default_factory=set)
+    expected_logs: list[str] = field(default_factory=list)
+    client: pgqueue.Client | None = None
+    # the test session's own connections to this database (not the workers')
+    own_backends: Callable[[], list[int]] = list
+
+    # -- set-up ---------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Migrate, and add the run log and the guard against finished jobs coming back."""
+        self.client = pgqueue.Client.connect(
+            self.base_url, driver="psycopg", registry=jobs.registry, settings=self.settings
+        )
+        self.client.migrate()
+        s = f'"{self.schema}"'
+        self.observer.rows(
+            f"""
+            CREATE TABLE {s}.fault_runs (
+                run_id bigserial PRIMARY KEY, job_id bigint NOT NULL, attempt int NOT NULL,
+                pid int NOT NULL, tag text NOT NULL,
+                started_at timestamptz NOT NULL DEFAULT clock_timestamp(), returned_at timestamptz
+            );
+            CREATE TABLE {s}.fault_violations (
+                job_id bigint, old_status text, new_status text,
+                at timestamptz DEFAULT clock_timestamp()
+            );
+            CREATE FUNCTION {s}.fault_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                INSERT INTO {s}.fault_violations (job_id, old_status, new_status)
+                VALUES (OLD.id, OLD.status, NEW.status);
+                RETURN NEW;
+            END $$;
+            CREATE TRIGGER fault_guard AFTER UPDATE ON {s}.pgqueue_jobs FOR EACH ROW
+            WHEN (OLD.status IN ('completed', 'failed', 'cancelled')
+                  AND NEW.status IS DISTINCT FROM OLD.status)
+            EXECUTE FUNCTION {s}.fault_guard();
+            """
+        )
+
+    @property
+    def settings(self) -> pgqueue.Settings:
+        return pgqueue.Settings(schema=self.schema)
+
+    @property
+    def jobs_table(self) -> str:
+        return f'"{self.schema}".pgqueue_jobs'
+
+    @property
+    def runs_table(self) -> str:
+        return f'"{self.schema}".fault_runs'
+
+    def mode_url(self) -> str:
+        scheme = MODES[self.mode][0]
+        return scheme + self.base_url[self.base_url.index("://") :]
+
+    # -- processes ------------------------------------------------------------------------
+
+    def start(self, *options: str, queues: str = "default=4", **settings: float) -> Worker:
+        """Start a ``pgqueue worker`` process with the suite's settings (overridable)."""
+        config = {
+            "poll_interval": POLL_INTERVAL,
+            "heartbeat_interval": HEARTBEAT,
+            "rescue_after": RESCUE_AFTER,
+            "leader_interval": LEADER_INTERVAL,
+            "listener_reconnect_max": RECONNECT_MAX,
+            "shutdown_timeout": 10.0,
+            **settings,
+        }
+        args = [f"--{name.replace('_', '-')}={value}" for name, value in config.items()]
+        env = {
+            **os.environ,
+            "PGQUEUE_DSN": self.mode_url(),
+            "PGQUEUE_SCHEMA": self.schema,
+            "FAULT_DSN": self.base_url,
+        }
+        env.pop("PGQUEUE_DRIVER", None)
+        log_path = self.logs / f"worker-{len(self.workers)}.log"
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "pgqueue",
+                    "worker",
+                    "tests.faults.jobs:registry",
+                    f"--driver={MODES[self.mode][1]}",
+                    *(["--asyncio"] if MODES[self.mode][2] else []),
+                    f"--queues={queues}",
+                    *args,
+                    *options,
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        worker = Worker(proc, log_path, self.mode)
+        self.workers.append(worker)
+        return worker
+
+    def wait_ready(self, *workers: Worker, timeout: float = 30) -> None:
+        """Wait until the workers have registered (their runtime is up)."""
+        pids = {w.pid for w in workers}
+
+        def ready() -> bool:
+            for w in workers:
+                assert w.alive(), f"worker {w.pid} exited early:\n{w.log()}"
+            rows = self.observer.rows(f'SELECT pid FROM "{self.schema}".pgqueue_instances')
+            return pids <= {pid for (pid,) in rows}
+
+        wait_for(ready, timeout, f"workers {sorted(pids)} registered")
+
+    def fault(self, what: str, pid: int | None, fatal: bool = False) -> Fault:
+        """Record a fault now (by the database's clock)."""
+        fault = Fault(self.observer.now(), what, pid, fatal)
+        self.faults.append(fault)
+        return fault
+
+    def signal(self, worker: Worker, sig: signal.Signals) -> None:
+        """Send ``sig`` to a worker; SIGKILL, SIGSTOP and SIGTERM count as faults to its jobs."""
+        self.fault(sig.name, worker.pid, fatal=sig == signal.SIGKILL)
+        worker.proc.send_signal(sig)
+        if sig == signal.SIGKILL:
+            worker.proc.wait(10)
+
+    def stop(self, worker: Worker, timeout: float = 30) -> None:
+        """Stop a worker gracefully and check that it exited cleanly."""
+        worker.proc.send_signal(signal.SIGTERM)
+        try:
+            code = worker.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"worker {worker.pid} ignored SIGTERM:\n{worker.log()}") from None
+        assert code == 0, f"worker {worker.pid} exited with {code}:\n{worker.log()}"
+
+    def stop_all(self) -> None:
+        """Stop every live worker gracefully (checking each exit), then close the client."""
+        for worker in self.workers:
+            if worker.alive():
+                worker.proc.send_signal(signal.SIGCONT)
+                self.stop(worker)
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+    def kill_all(self) -> None:
+        """Make sure no worker outlives its test."""
+        for worker in self.workers:
+            if worker.alive():
+                worker.proc.kill()
+                worker.proc.wait(10)
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+    def backends(self, worker: Worker) -> list[int]:
+        """The PostgreSQL backend pids of a worker's connections (pgqueue's and its jobs')."""
+        try:
+            ports = {
+                c.laddr.port
+                for c in psutil.Process(worker.pid).net_connections(kind="tcp")
+                if c.raddr and c.raddr.port == 5432
+            }
+        except psutil.NoSuchProcess:
+            return []
+        rows = self.observer.rows(
+            "SELECT pid, client_port FROM pg_stat_activity "
+            "WHERE datname = current_database() AND client_port IS NOT NULL"
+        )
+        return [pid for pid, port in rows if port in ports]
+
+    def max_connections(self) -> int:
+        """The most connections a worker may hold, with the job recorder's (one per thread)."""
+        return POOL_MAX.get(self.mode, 10) + 2 + 4
+
+    # -- jobs -----------------------------------------------------------------------------
+
+    def add(self, n: int = 1, **fields: Any) -> list[int]:
+        """Enqueue ``n`` Work jobs (committed); return their ids."""
+        assert self.client is not None
+        kind = fields.pop("job", jobs.Work)
+        options = fields.pop("options", None)
+        handles = self.client.add_jobs(
+            (kind(**fields) for _ in range(n)), **({"options": options} if options else {})
+        )
+        ids = [h.id for h in handles]
+        self.committed.update(ids)
+        return ids
+
+    def add_rolled_back(self, n: int = 3) -> None:
+        """Enqueue jobs in a transaction that rolls back: they must never run."""
+        assert self.client is not None
+        with psycopg.connect(self.base_url) as conn:
+            for _ in range(n):
+                self.client.add_job_with_tx(conn, jobs.Work(tag="rolled-back"))
+            conn.rollback()
+
+    def statuses(self, ids: Iterable[int]) -> dict[int, str]:
+        rows = self.observer.rows(
+            f"SELECT id, status FROM {self.jobs_table} WHERE id = ANY(%s)", (list(ids),)
+        )
+        return dict(rows)  # type: ignore[arg-type]
+
+    def wait_final(self, ids: Iterable[int], timeout: float, what: str = "jobs finished") -> float:
+        """Wait until every job in ``ids`` is finished; return the seconds it took."""
+        wanted = list(ids)
+        start = time.monotonic()
+        for _ in deadline_loop(timeout, f"{what} ({len(wanted)} jobs)", 0.05):
+            if self.observer.value(
+                f"SELECT count(*) FROM {self.jobs_table} "
+                "WHERE id = ANY(%s) AND status IN ('completed', 'failed', 'cancelled')",
+                (wanted,),
+            ) == len(wanted):
+                return time.monotonic() - start
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def runs(self, job_id: int) -> list[tuple[Any, ...]]:
+        return self.observer.rows(
+            f"SELECT attempt, pid, started_at, returned_at FROM {self.runs_table} "
+            "WHERE job_id = %s ORDER BY run_id",
+            (job_id,),
+        )
+
+    # -- invariants -----------------------------------------------------------------------
+
+    def check_invariants(self, expect: dict[int, str] | None = None) -> None:
+        """Check what must hold after any fault, once the workers have stopped.
+
+        ``expect`` maps job ids to their expected final status (default: every committed job
+        ``completed``).
+        """
+        expected = {job_id: "completed" for job_id in self.committed}
+        expected.update(expect or {})
+        t = self.jobs_table
+        # nothing committed is lost, and every job reached its expected end
+        found = self.statuses(expected)
+        missing = set(expected) - set(found)
+        assert not missing, f"committed jobs lost: {sorted(missing)[:20]}"
+        wrong = {i: (s, expected[i]) for i, s in found.items() if s != expected[i]}
+        assert not wrong, (
+            f"jobs in the wrong state (is, expected): {dict(list(wrong.items())[:20])}"
+        )
+        # no job is left processing
+        stuck = self.observer.rows(f"SELECT id FROM {t} WHERE status = 'processing'")
+        assert not stuck, f"jobs left processing: {stuck[:20]}"
+        # nothing rolled back ever exists or runs
+        assert not self.observer.rows(
+            f"SELECT id FROM {t} WHERE payload->>'tag' = 'rolled-back'"
+        ), "a rolled-back job is in the table"
+        assert not self.observer.rows(
+            f"SELECT job_id FROM {self.runs_table} WHERE tag = 'rolled-back'"
+        ), "a rolled-back job ran"
+        # no finished job ever went back to pending (or anywhere else)
+        violations = self.observer.rows(f'SELECT * FROM "{self.schema}".fault_violations')
+        assert not violations, f"finished jobs changed state: {violations[:20]}"
+        # each completed job's code ran to its end at least once
+        unfinished = self.observer.rows(
+            f"SELECT j.id FROM {t} j WHERE j.status = 'completed' AND j.kind <> 'fault.needs' "
+            f"AND NOT EXISTS (SELECT 1 FROM {self.runs_table} r "
+            "WHERE r.job_id = j.id AND r.returned_at IS NOT NULL)"
+        )
+        assert not unfinished, f"completed without a finished run: {unfinished[:20]}"
+        self.check_duplicates()
+
+    def check_duplicates(self) -> None:
+        """A job may run again only if a fault struck while an earlier run was in progress."""
+        rows = self.observer.rows(
+            f"SELECT job_id, pid, started_at, returned_at FROM {self.runs_table} "
+            f"WHERE job_id IN (SELECT job_id FROM {self.runs_table} "
+            "GROUP BY job_id HAVING count(*) > 1) ORDER BY job_id, run_id"
+        )
+        by_job: dict[int, list[tuple[Any, ...]]] = {}
+        for row in rows:
+            by_job.setdefault(row[0], []).append(row)
+        bad = []
+        for job_id, runs in by_job.items():
+            for _, pid, started, _returned in runs[:-1]:
+                if not any(f.overlaps(pid, started) for f in self.faults):
+                    bad.append((job_id, pid, started))
+        assert not bad, f"jobs ran again with no fault during the earlier run: {bad[:10]}"
+
+    def check_no_leaks(self) -> None:
+        """Once every worker has exited: no advisory lock held, no connection left open."""
+        assert not any(w.alive() for w in self.workers)
+        state: list[Any] = []
+
+        def clean() -> bool:
+            mine = [self.observer.value("SELECT pg_backend_pid()"), *self.own_backends()]
+            locks = self.observer.rows(
+                "SELECT pid, objid FROM pg_locks WHERE locktype = 'advisory' "
+                "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            )
+            others = self.observer.rows(
+                "SELECT pid, state, query FROM pg_stat_activity "
+                "WHERE datname = current_database() AND backend_type = 'client backend' "
+                "AND NOT pid = ANY(%s)",
+                (mine,),
+            )
+            state[:] = [locks, others]
+            return not locks and not others
+
+        try:
+            wait_for(clean, 10, "no advisory locks or connections left by the workers")
+        except AssertionError:
+            raise AssertionError(f"left behind (advisory locks, sessions): {state}") from None
+
+    def check_logs(self) -> None:
+        """No worker logged a traceback (an error pgqueue did not handle)."""
+        for worker in self.workers:
+            text = worker.log()
+            assert "Traceback" not in text, f"worker {worker.pid} logged a traceback:\n{text}"
+
+
+class ModeClient:
+    """The mode's own client in the test process, called synchronously.
+
+    Asyncio modes run their ``AsyncClient`` on a private event loop, so a test reads the same
+    whatever the mode: ``client.add_job(job)``.
+    """
+
+    def __init__(self, fleet: Fleet) -> None:
+        import asyncio
+
+        _, self.driver, self.is_async = MODES[fleet.mode]
+        self.url = fleet.mode_url()
+        self.runner = asyncio.Runner() if self.is_async else None
+        if self.runner is not None:
+            self.client: Any = self.runner.run(
+                pgqueue.AsyncClient.connect(self.url, driver=self.driver, settings=fleet.settings)
+            )
+        else:
+            self.client = pgqueue.Client.connect(
+                self.url, driver=self.driver, settings=fleet.settings
+            )
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self.client, name)
+        if self.runner is None:
+            return method  # type: ignore[no-any-return]
+        runner = self.runner
+        return lambda *args, **kwargs: runner.run(method(*args, **kwargs))
+
+    def close(self) -> None:
+        if self.runner is not None:
+            self.runner.run(self.client.close())
+            self.runner.close()
+        else:
+            self.client.close()

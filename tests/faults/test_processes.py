@@ -1,0 +1,246 @@
+"""Worker processes that die, stall, block or are told to stop: kill -9, SIGSTOP, SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pgqueue
+from tests.faults import jobs
+from tests.faults.harness import (
+    LEADER_INTERVAL,
+    RESCUE_AFTER,
+    Fleet,
+    note_time,
+    wait_for,
+)
+
+# A dead worker's jobs: stale after rescue_after, seen at the leader's next tick, claimed at
+# once (the rescue notifies), plus the job's own run time and a slow machine's slack.
+RESCUE_BOUND = RESCUE_AFTER + 4 * LEADER_INTERVAL + 3.0
+
+
+def held_by(fleet: Fleet, pid: int) -> list[int]:
+    """Ids of the jobs a worker process holds (status processing, its instance)."""
+    return [
+        job_id
+        for (job_id,) in fleet.observer.rows(
+            f"SELECT j.id FROM {fleet.jobs_table} j "
+            f'JOIN "{fleet.schema}".pgqueue_instances i USING (instance_id) '
+            "WHERE j.status = 'processing' AND i.pid = %s",
+            (pid,),
+        )
+    ]
+
+
+def unfinished_runs(fleet: Fleet, pid: int) -> int:
+    return int(
+        fleet.observer.value(
+            f"SELECT count(*) FROM {fleet.runs_table} WHERE pid = %s AND returned_at IS NULL",
+            (pid,),
+        )
+    )
+
+
+def finish(fleet: Fleet, expect: dict[int, str] | None = None) -> None:
+    fleet.stop_all()
+    fleet.check_invariants(expect)
+    fleet.check_no_leaks()
+
+
+def test_sigkill_mid_job(fleet: Fleet) -> None:
+    victim, survivor = fleet.start(), fleet.start()
+    fleet.wait_ready(victim, survivor)
+    fleet.add_rolled_back()
+    ids = fleet.add(40, sleep=0.3)
+    wait_for(lambda: unfinished_runs(fleet, victim.pid) >= 2, 20, "the victim mid-job")
+    held = held_by(fleet, victim.pid)
+    fleet.signal(victim, signal.SIGKILL)
+    start = time.monotonic()
+    assert held, "the victim held no job when killed"
+    fleet.wait_final(held, 30, "the killed worker's jobs")
+    note_time(
+        "SIGKILL mid-job: its jobs completed elsewhere",
+        fleet.mode,
+        time.monotonic() - start,
+        RESCUE_BOUND,
+    )
+    fleet.wait_final(ids, 60)
+    rescued = fleet.observer.value(
+        f"SELECT count(*) FROM {fleet.jobs_table} WHERE id = ANY(%s) AND attempts = 2 "
+        "AND last_error LIKE '%%stopped heartbeating%%'",
+        (held,),
+    )
+    assert rescued == len(held)
+    finish(fleet)
+    survivor_log = survivor.log()
+    assert "Traceback" not in survivor_log, survivor_log
+
+
+def test_sigkill_after_process_returned_before_the_outcome_was_written(fleet: Fleet) -> None:
+    # Fast jobs at full speed: at any moment some have returned and wait for (or are in) the
+    # flusher's batch write. Kill the worker then: those jobs are rescued and run again.
+    survivor = fleet.start(queues="default=4")
+    fleet.wait_ready(survivor)
+    ids = fleet.add(3000)
+    caught: list[int] = []
+    for _round in range(3):
+        victim = fleet.start(queues="default=10")
+        fleet.wait_ready(victim)
+        wait_for(
+            lambda v=victim: (
+                fleet.observer.value(
+                    f"SELECT count(*) FROM {fleet.runs_table} WHERE pid = %s", (v.pid,)
+                )
+                >= 100
+            ),
+            30,
+            "the victim busy",
+        )
+        fleet.signal(victim, signal.SIGKILL)
+        # jobs whose code had returned while the database still shows them processing
+        caught = [
+            job_id
+            for (job_id,) in fleet.observer.rows(
+                f"SELECT r.job_id FROM {fleet.runs_table} r JOIN {fleet.jobs_table} j "
+                "ON j.id = r.job_id WHERE r.pid = %s AND r.returned_at IS NOT NULL "
+                "AND j.status = 'processing' AND j.attempts = r.attempt",
+                (victim.pid,),
+            )
+        ]
+        if caught:
+            break
+    assert caught, "never caught a job between its return and its recorded outcome"
+    start = time.monotonic()
+    fleet.wait_final(caught, 30, "the returned-but-unrecorded jobs")
+    note_time(
+        "SIGKILL between return and outcome write: job completed again",
+        fleet.mode,
+        time.monotonic() - start,
+        RESCUE_BOUND,
+    )
+    for job_id in caught:
+        assert len(fleet.runs(job_id)) == 2, fleet.runs(job_id)
+    fleet.wait_final(ids, 120)
+    finish(fleet)
+
+
+def test_sigstop_past_the_heartbeat_threshold_then_sigcont(fleet: Fleet) -> None:
+    stalled = fleet.start()
+    fleet.wait_ready(stalled)
+    (job,) = fleet.add(1, sleep=1.0)
+    wait_for(lambda: fleet.runs(job), 20, "the job started")
+    other = fleet.start()
+    fleet.wait_ready(other)
+    fleet.signal(stalled, signal.SIGSTOP)
+    start = time.monotonic()
+    # rescued from the stalled process and completed by the other one
+    wait_for(
+        lambda: fleet.statuses([job])[job] == "completed", RESCUE_BOUND + 5, "rescue and rerun"
+    )
+    note_time(
+        "SIGSTOP past rescue_after: job completed by another process",
+        fleet.mode,
+        time.monotonic() - start,
+        RESCUE_BOUND + 1.0,
+    )
+    runs = fleet.runs(job)
+    assert [r[1] for r in runs] == [stalled.pid, other.pid]
+    assert runs[1][3] is not None
+    # it wakes up: its run finishes, and its late completion is refused
+    stalled.proc.send_signal(signal.SIGCONT)
+    wait_for(lambda: fleet.runs(job)[0][3] is not None, 20, "the stalled run returned")
+    wait_for(lambda: "no longer ours" in stalled.log(), 20, "the late write refused")
+    assert fleet.observer.rows(
+        f"SELECT status, attempts FROM {fleet.jobs_table} WHERE id = %s", (job,)
+    ) == [("completed", 2)]
+    # and it is a working member again
+    fleet.stop(other)
+    more = fleet.add(5)
+    fleet.wait_final(more, 20, "jobs run by the resumed process")
+    assert {r[1] for j in more for r in fleet.runs(j)} == {stalled.pid}
+    finish(fleet)
+
+
+def test_sigterm_then_a_second_sigterm(fleet: Fleet) -> None:
+    worker = fleet.start(shutdown_timeout=300)
+    fleet.wait_ready(worker)
+    stubborn = fleet.add(1, job=jobs.Stubborn)[0]
+    quick = fleet.add(1, sleep=1.0)[0]
+    wait_for(lambda: fleet.runs(stubborn) and fleet.runs(quick), 20, "both jobs running")
+    worker.proc.send_signal(signal.SIGTERM)
+    wait_for(lambda: "stopping gracefully" in worker.log(), 10, "the first SIGTERM seen")
+    # the graceful stop lets the quick job finish and record its outcome ...
+    wait_for(lambda: fleet.statuses([quick])[quick] == "completed", 10, "the quick job done")
+    assert worker.alive()  # ... and waits on for the stubborn one
+    fleet.fault("SIGTERM twice", worker.pid, fatal=True)
+    worker.proc.send_signal(signal.SIGTERM)
+    start = time.monotonic()
+    assert worker.proc.wait(30) == 0, worker.log()
+    note_time("second SIGTERM: process exited", fleet.mode, time.monotonic() - start, 5.0)
+    assert "stopping now" in worker.log()
+    # handed back without charging an attempt; nobody is left registered
+    assert fleet.observer.rows(
+        f"SELECT status, attempts FROM {fleet.jobs_table} WHERE id = %s", (stubborn,)
+    ) == [("pending", 0)]
+    assert fleet.observer.value(f'SELECT count(*) FROM "{fleet.schema}".pgqueue_instances') == 0
+    assert fleet.client is not None
+    assert fleet.client.cancel_job(stubborn) == "pending"
+    finish(fleet, {stubborn: "cancelled"})
+    fleet.check_logs()
+
+
+def test_handler_blocking_past_the_heartbeat_threshold_is_not_rescued(fleet: Fleet) -> None:
+    workers = [fleet.start(), fleet.start()]
+    fleet.wait_ready(*workers)
+    # asleep (GIL released) and spinning (GIL held) for three times rescue_after
+    blocked = fleet.add(2, sleep=3 * RESCUE_AFTER) + fleet.add(2, spin=3 * RESCUE_AFTER)
+    fleet.wait_final(blocked, 3 * RESCUE_AFTER + 20, "the blocking jobs")
+    for job_id in blocked:
+        runs = fleet.runs(job_id)
+        assert len(runs) == 1, runs
+    assert (
+        fleet.observer.value(
+            f"SELECT max(attempts) FROM {fleet.jobs_table} WHERE id = ANY(%s)", (blocked,)
+        )
+        == 1
+    )
+    finish(fleet)
+    fleet.check_logs()
+    for worker in workers:
+        assert "presumed dead" not in worker.log()
+
+
+def test_handler_that_kills_its_process_fails_after_max_attempts(fleet: Fleet) -> None:
+    workers = [fleet.start(), fleet.start()]
+    fleet.wait_ready(*workers)
+    (deadly,) = fleet.add(1, exit_until_attempt=99, options=pgqueue.JobOptions(max_attempts=3))
+    others = fleet.add(60, sleep=0.05)
+    start = time.monotonic()
+    restarts = 0
+
+    def done() -> bool:
+        nonlocal restarts
+        # a supervisor's job (systemd, Kubernetes): replace workers that died
+        for worker in list(fleet.workers):
+            if not worker.alive() and not getattr(worker, "replaced", False):
+                fleet.fault("process exited", worker.pid, fatal=True)
+                worker.replaced = True  # type: ignore[attr-defined]
+                restarts += 1
+                fleet.start()
+        return fleet.statuses([deadly])[deadly] == "failed"
+
+    wait_for(done, 3 * (RESCUE_BOUND + 5), "the deadly job failed")
+    note_time(
+        "handler os._exit: job failed after max_attempts=3",
+        fleet.mode,
+        time.monotonic() - start,
+        3 * (RESCUE_BOUND + 3),
+    )
+    assert restarts == 3
+    assert len(fleet.runs(deadly)) == 3
+    assert fleet.observer.rows(
+        f"SELECT attempts FROM {fleet.jobs_table} WHERE id = %s", (deadly,)
+    ) == [(3,)]
+    fleet.wait_final(others, 60)
+    finish(fleet, {deadly: "failed"})
