@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigurationError, DatabaseError, SchemaNotMigrated
+from ..errors import ConfigurationError, ConnectionLost, DatabaseError, SchemaNotMigrated
 from ..execution import (
     CancelFlag,
     ClaimedJob,
@@ -62,6 +62,9 @@ _MAX_MAINTENANCE_ROUNDS = 20
 _FLUSH_MAX = 1000
 # First pause before retrying a failed flush (doubling up to listener_reconnect_max).
 _FLUSH_RETRY = 0.1
+
+
+_RunKey = tuple[int, Any]  # (job id, lease)
 
 
 @dataclass
@@ -113,8 +116,12 @@ class AsyncRuntime:
         self._immediate = False
         self._stop_started = False
         self._wake = {name: Event() for name in self.queues}
-        self._active: dict[str, set[int]] = {name: set() for name in self.queues}
-        self._running: dict[int, _Running] = {}
+        # Runs are keyed by job id *and* lease: one process can hold two runs of a job, when a
+        # claim of it was lost (a crash) or it was rescued while this process stalled, and the
+        # job came back to this process while the old run went on. Only the newest lease's
+        # outcome can be recorded, and each run must report its own.
+        self._active: dict[str, set[_RunKey]] = {name: set() for name in self.queues}
+        self._running: dict[_RunKey, _Running] = {}
         # outcomes waiting for the flusher; appended from job tasks (threads on the sync side)
         self._outbox: list[tuple[ClaimedJob, Outcome]] = []
         self._outbox_wake = Event()
@@ -214,10 +221,10 @@ class AsyncRuntime:
             )
         # Jobs whose code does not return (a blocked thread) are handed back all the same;
         # taking them out of _running means that, if they ever return, nothing more is written.
-        for job_id in list(self._running):
-            abandoned = self._running.pop(job_id, None)
+        for key in list(self._running):
+            abandoned = self._running.pop(key, None)
             if abandoned is not None:
-                self._active[abandoned.job.queue].discard(job_id)
+                self._active[abandoned.job.queue].discard(key)
                 self._finish(abandoned.job, Outcome("release"))
         for loop in self._loops:
             await join(loop, None)
@@ -247,13 +254,17 @@ class AsyncRuntime:
         wake = self._wake[queue]
         worker_id = f"{socket.gethostname()}:{os.getpid()}:{queue}"
         error_delay = 0.1
+        # leases of claims that failed with the connection: they may have committed
+        unsure: list[uuid.UUID] = []
         while not self._stopping.is_set():
             wake.clear()
             wait = self.config.poll_interval
             free = concurrency - len(self._active[queue])
+            if unsure and not await self._release_unsure(queue, unsure):
+                free = 0  # no new claim until we know what the lost ones took
             if free > 0:
+                lease = uuid.uuid4()
                 try:
-                    lease = uuid.uuid4()
                     rows, due = split_claim_rows(
                         await self.driver.query(
                             self._q.job_claim,
@@ -269,15 +280,41 @@ class AsyncRuntime:
                     error_delay = 0.1
                 except DatabaseError as exc:
                     logger.warning("queue %s: claim failed (%s); retrying", queue, exc)
+                    if isinstance(exc, ConnectionLost):
+                        unsure.append(lease)
                     wait = error_delay
                     error_delay = min(error_delay * 2, self.config.listener_reconnect_max)
+            elif unsure:
+                wait = error_delay
+                error_delay = min(error_delay * 2, self.config.listener_reconnect_max)
             await wait_event(wake, wait)
+
+    async def _release_unsure(self, queue: str, leases: list[uuid.UUID]) -> bool:
+        """Hand back what failed claims may have taken; True once done (``leases`` emptied)."""
+        try:
+            rows = await self.driver.query(
+                self._q.job_release_unsure_claims, (self.instance_id, list(leases))
+            )
+        except DatabaseError as exc:
+            logger.warning(
+                "queue %s: could not check claims that failed (%s); retrying", queue, exc
+            )
+            return False
+        if rows:
+            logger.warning(
+                "queue %s: a claim whose reply was lost had taken job(s) %s; handed back",
+                queue,
+                ", ".join(str(r[0]) for r in rows),
+            )
+        leases.clear()
+        return True
 
     def _launch(self, job: ClaimedJob) -> None:
         assert self._pool is not None
         running = _Running(job)
-        self._running[job.id] = running
-        self._active[job.queue].add(job.id)
+        key = (job.id, job.lease)
+        self._running[key] = running
+        self._active[job.queue].add(key)
         running.handle = self._pool.submit(self._execute, running)
 
     # -- running a job --------------------------------------------------------------------
@@ -310,8 +347,9 @@ class AsyncRuntime:
         finally:
             # Only while the job is still in _running: a shutdown that gave up on it has
             # already handed it back, and a late outcome must not follow.
-            if self._running.pop(job.id, None) is not None:
-                self._active[job.queue].discard(job.id)
+            key = (job.id, job.lease)
+            if self._running.pop(key, None) is not None:
+                self._active[job.queue].discard(key)
                 self._finish(job, outcome)
                 self._wake[job.queue].set()
 
@@ -407,9 +445,12 @@ class AsyncRuntime:
             if wake is not None:
                 wake.set()
         elif payload.startswith("c:") and payload[2:].isdigit():
-            running = self._running.get(int(payload[2:]))
-            if running is not None:
+            for running in self._runs_of(int(payload[2:])):
                 self._signal_stop(running, "cancel")
+
+    def _runs_of(self, job_id: int) -> list[_Running]:
+        # a copy: job tasks (threads on the sync side) remove their runs meanwhile
+        return [r for (i, _), r in list(self._running.items()) if i == job_id]
 
     # -- heartbeat and leadership ---------------------------------------------------------
 
@@ -418,8 +459,7 @@ class AsyncRuntime:
             try:
                 rows = await self.driver.query(self._q.instance_heartbeat, self._identity)
                 for (job_id,) in rows:
-                    running = self._running.get(job_id)
-                    if running is not None:
+                    for running in self._runs_of(job_id):
                         self._signal_stop(running, "cancel")
             except DatabaseError as exc:
                 logger.warning("heartbeat failed: %s", exc)

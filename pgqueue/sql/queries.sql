@@ -226,6 +226,24 @@ FROM o
 WHERE j.id = ANY($1::bigint[]) AND j.id = o.id AND j.lease_token = o.lease
 RETURNING j.id;
 
+-- name: job_release_unsure_claims
+-- A claim whose reply never came (the connection died on the way) may have committed all the
+-- same, leaving jobs 'processing' under this live instance ($1) that it is not running: no
+-- rescue would ever free them. Hand back whatever the claims with leases $2 took, as a shutdown
+-- does (pending again without charging the attempt, or cancelled if that was asked meanwhile).
+-- The processing index on instance_id finds them.
+UPDATE {{schema}}.{{jobs}} AS j
+SET status = CASE WHEN j.cancel_requested_at IS NULL THEN 'pending' ELSE 'cancelled' END,
+    attempts = CASE WHEN j.cancel_requested_at IS NULL
+        THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
+    finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
+    lease_token = NULL,
+    instance_id = NULL,
+    worker_id = NULL,
+    locked_at = NULL
+WHERE j.status = 'processing' AND j.instance_id = $1 AND j.lease_token = ANY($2::uuid[])
+RETURNING j.id;
+
 -- name: job_cancel
 -- A pending job is cancelled at once; a running one gets cancel_requested_at and its worker is
 -- told through the wake-up channel ($2). Returns the status the job had.

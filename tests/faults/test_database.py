@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.faults.harness import RECONNECT_MAX, Fleet, Worker, note_time, wait_for
+from tests.faults.proxy import Proxy
 
 
 def listener_backend(fleet: Fleet, worker: Worker) -> int | None:
@@ -164,3 +165,57 @@ def test_postgres_restarted_under_load(fleet: Fleet, how: str) -> None:
     fleet.check_no_leaks()
     fleet.check_logs()
     assert set(ids) <= fleet.committed
+
+
+def test_network_cut_loses_a_claims_reply(fleet: Fleet) -> None:
+    # The claim reaches the server and commits, but its reply is lost and the connection dies:
+    # the jobs are 'processing' under a live worker that never got them. Nothing would rescue
+    # them (the worker heartbeats on); the worker must hand them back itself.
+    proxy = Proxy()
+    try:
+        worker = fleet.start(port=proxy.port, poll_interval=0.2)
+        fleet.wait_ready(worker)
+        caught: list[int] = []
+        for _round in range(5):
+            # autocommit drivers: the claim's own reply; SQLAlchemy: its COMMIT's
+            proxy.drop_replies = "commits" if fleet.mode.startswith("sqlalchemy") else "all"
+            fleet.fault("network cut: replies lost", worker.pid)
+            ids = fleet.add(3)
+            try:
+                caught = wait_for(
+                    lambda ids=ids: (
+                        len(
+                            held := [i for i, s in fleet.statuses(ids).items() if s == "processing"]
+                        )
+                        == len(ids)
+                        and held
+                    ),
+                    3,
+                    "a claim whose reply is lost",
+                )
+            except AssertionError:
+                caught = []  # a claim went out before the jobs were there: try again
+            proxy.drop_replies = None
+            proxy.cut()
+            if caught:
+                break
+            # let the worker reconnect and run this round's jobs before the next try
+            fleet.wait_final(ids, 30, "jobs of a round that missed")
+        assert caught, "never lost a claim's reply"
+        start = time.monotonic()
+        fleet.wait_final(caught, 20, "the jobs of the lost claim")
+        note_time(
+            "network cut lost a claim's reply: its jobs handed back and run",
+            fleet.mode,
+            time.monotonic() - start,
+            RECONNECT_MAX + 4.0,
+        )
+        for job_id in caught:
+            assert [r[0] for r in fleet.runs(job_id)] == [1]  # the lost claim never ran it
+        assert "handed back" in worker.log()
+        fleet.stop_all()
+        fleet.check_invariants()
+        fleet.check_no_leaks()
+        fleet.check_logs()
+    finally:
+        proxy.close()

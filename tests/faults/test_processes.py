@@ -244,3 +244,35 @@ def test_handler_that_kills_its_process_fails_after_max_attempts(fleet: Fleet) -
     ) == [(3,)]
     fleet.wait_final(others, 60)
     finish(fleet, {deadly: "failed"})
+
+
+def test_resumed_worker_claims_its_own_rescued_job_again(fleet: Fleet) -> None:
+    # A stalled worker's job is rescued; when it resumes, its old run is still going and it
+    # claims the same job again: two runs of one job in one process, each with its own lease.
+    # The newer run's outcome must be recorded; the older one's refused.
+    stalled = fleet.start(queues="default=2")
+    fleet.wait_ready(stalled)
+    leader = fleet.start(queues="elsewhere=1")  # leads and rescues, never claims this job
+    fleet.wait_ready(leader)
+    (job,) = fleet.add(1, sleep=6.0)
+    wait_for(lambda: fleet.runs(job), 20, "the job started")
+    fleet.signal(stalled, signal.SIGSTOP)
+    wait_for(
+        lambda: (
+            fleet.observer.value(f"SELECT status FROM {fleet.jobs_table} WHERE id = %s", (job,))
+            == "pending"
+        ),
+        RESCUE_BOUND + 5,
+        "the job rescued",
+    )
+    stalled.proc.send_signal(signal.SIGCONT)
+    wait_for(lambda: len(fleet.runs(job)) == 2, 20, "the job claimed again by the same process")
+    # the second run (6 s) ends, and its outcome is recorded
+    fleet.wait_final([job], 20, "the second run recorded")
+    runs = fleet.runs(job)
+    assert [r[:2] for r in runs] == [(1, stalled.pid), (2, stalled.pid)]
+    assert fleet.observer.rows(
+        f"SELECT status, attempts FROM {fleet.jobs_table} WHERE id = %s", (job,)
+    ) == [("completed", 2)]
+    finish(fleet)
+    fleet.check_logs()
