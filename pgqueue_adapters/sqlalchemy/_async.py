@@ -628,11 +628,12 @@ async def async_connect(url: str, *, pool_size: int = 10) -> AsyncSQLAlchemyDriv
 
     ``driver.close()`` disposes of the engine. A plain ``postgresql://`` URL uses psycopg 3,
     ``postgresql+asyncpg://`` uses asyncpg. Connects once first, so that an unreachable
-    database fails now.
+    database fails now. The pool holds at most ``pool_size`` connections (no overflow), as the
+    other drivers' pools do, so a process's share of ``max_connections`` is known.
     """
     parsed = _engine_url(url)
     try:
-        engine = sa.create_async_engine(parsed, pool_size=pool_size)
+        engine = sa.create_async_engine(parsed, pool_size=pool_size, max_overflow=0)
     except ImportError as exc:
         raise DriverNotInstalled(
             f"SQLAlchemy cannot load the driver of {parsed.drivername}://: {exc}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.timeout(300))
 
 
-@pytest.fixture(params=ALL_MODES)
+def _selected_modes() -> tuple[str, ...]:
+    chosen = [m.strip() for m in os.environ.get("PGQUEUE_FAULT_MODES", "").split(",") if m.strip()]
+    unknown = set(chosen) - set(ALL_MODES)
+    if unknown:
+        raise pytest.UsageError(
+            f"PGQUEUE_FAULT_MODES: unknown mode(s) {sorted(unknown)}; choose from {ALL_MODES}"
+        )
+    return tuple(chosen) or ALL_MODES
+
+
+@pytest.fixture(params=_selected_modes())
 def mode(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

@@ -45,9 +45,6 @@ RESCUE_AFTER = 2.0
 LEADER_INTERVAL = 0.25
 POLL_INTERVAL = 0.5
 RECONNECT_MAX = 1.0
-# Most connections one worker may hold: its pool (SQLAlchemy's default overflow doubles it),
-# plus the listener and the leader's lock session.
-POOL_MAX = {"sqlalchemy-sync": 20, "sqlalchemy-async": 20}
 FINAL = ("completed", "failed", "cancelled")
 
 TIMES_FILE = Path(os.environ.get("FAULT_TIMES", ROOT / ".fault-times.jsonl"))
@@ -336,8 +333,9 @@ class Fleet:
         return [pid for pid, port in rows if port in ports]
 
     def max_connections(self) -> int:
-        """The most connections a worker may hold, with the job recorder's (one per thread)."""
-        return POOL_MAX.get(self.mode, 10) + 2 + 4
+        """The most connections a worker may hold: its pool (10 in every mode), the listener,
+        the leader's lock session, and the job recorder's (one per job thread)."""
+        return 10 + 2 + 4
 
     # -- jobs -----------------------------------------------------------------------------
 
