@@ -132,40 +132,34 @@ HOSTILE_QUEUES = [
 ]
 
 
+def refused_by_cli(fleet: Fleet, message: str, *args: str) -> None:
+    """``pgqueue *args`` exits 1 with ``message`` and no traceback."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pgqueue", *args],
+        cwd=ROOT,
+        env={**os.environ, "PGQUEUE_DSN": fleet.base_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+
+
 def test_hostile_and_oversize_names(fleet: Fleet) -> None:
     # refused by the command line, with a clear message and no traceback
     for queue in HOSTILE_QUEUES[:4]:
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pgqueue",
-                "worker",
-                "tests.faults.jobs:registry",
-                f"--queues={queue}=1",
-                "--schema",
-                fleet.schema,
-            ],
-            cwd=ROOT,
-            env={**os.environ, "PGQUEUE_DSN": fleet.base_url},
-            capture_output=True,
-            text=True,
-            timeout=60,
+        refused_by_cli(
+            fleet,
+            "invalid queue name",
+            "worker",
+            "tests.faults.jobs:registry",
+            f"--queues={queue}=1",
+            f"--schema={fleet.schema}",
         )
-        assert proc.returncode == 1, proc.stderr
-        assert "invalid queue name" in proc.stderr
-        assert "Traceback" not in proc.stderr
     for schema in ["public; DROP SCHEMA public", "Caps", "x" * 64]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pgqueue", "migrate", "--schema", schema],
-            cwd=ROOT,
-            env={**os.environ, "PGQUEUE_DSN": fleet.base_url},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert proc.returncode == 1, proc.stderr
-        assert "invalid schema" in proc.stderr, proc.stderr
+        refused_by_cli(fleet, "invalid schema", "migrate", f"--schema={schema}")
     # refused at enqueue by the mode's own client; nothing written
     client = ModeClient(fleet)
     try:
