@@ -498,7 +498,7 @@ class Runtime:
         if stale:
             logger.warning("instances presumed dead: %s", ", ".join(str(r[0]) for r in stale))
         for _ in range(_MAX_MAINTENANCE_ROUNDS):
-            rescued = self.driver.query(q.job_rescue, (config.cleanup_batch,))
+            rescued = self.driver.query(q.job_rescue, (config.cleanup_batch, self.settings.channel))
             if rescued:
                 logger.warning("rescued %d job(s) of dead instances", len(rescued))
             if len(rescued) < config.cleanup_batch:

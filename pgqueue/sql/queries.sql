@@ -136,12 +136,16 @@ SELECT count(pg_notify($1, 'q:' || q)) FROM unnest($2::text[]) AS q;
 -- claim is lost and the job is pending again, to run again, as at-least-once allows. Nothing
 -- else is lost: enqueues and outcomes commit durably, and a durable commit flushes every
 -- earlier one, so a recorded outcome never outlives its claim.
+-- Only a registered instance claims: one that the leader presumed dead (it stalled past
+-- rescue_after) claims nothing until its heartbeat registers it again, or the jobs it took
+-- would look abandoned and be rescued while it runs them.
 WITH durability AS MATERIALIZED (
     SELECT set_config('synchronous_commit', 'off', true)
 ), next AS (
     SELECT j.id FROM {{schema}}.{{jobs}} j, durability
     WHERE j.status = 'pending' AND j.queue = $1 AND j.scheduled_for <= now()
         AND j.kind = ANY($2::text[])
+        AND EXISTS (SELECT 1 FROM {{schema}}.{{instances}} i WHERE i.instance_id = $4)
     ORDER BY j.priority DESC, j.scheduled_for, j.id
     LIMIT $3
     FOR UPDATE OF j SKIP LOCKED
@@ -310,7 +314,10 @@ RETURNING instance_id;
 
 -- name: job_rescue
 -- Jobs held by instances that no longer exist go back to pending, or to failed when they have
--- used their last attempt. Bounded by $1 rows per call.
+-- used their last attempt. Bounded by $1 rows per call. A rescued job keeps its due time, and
+-- so its place at the head of its queue: it has waited longest, and behind a backlog it would
+-- otherwise wait for the whole backlog again. Idle workers of the queues of jobs back to pending
+-- are woken on channel $2 (PostgreSQL sends identical notifications of one transaction once).
 WITH stuck AS (
     SELECT j.id FROM {{schema}}.{{jobs}} j
     WHERE j.status = 'processing'
@@ -319,24 +326,24 @@ WITH stuck AS (
         )
     LIMIT $1
     FOR UPDATE SKIP LOCKED
+), rescued AS (
+    UPDATE {{schema}}.{{jobs}} AS j
+    SET status = CASE
+            WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+            WHEN j.attempts >= j.max_attempts THEN 'failed'
+            ELSE 'pending' END,
+        finished_at = CASE
+            WHEN j.cancel_requested_at IS NOT NULL OR j.attempts >= j.max_attempts THEN now() END,
+        lease_token = NULL,
+        last_error = 'the worker running this job stopped heartbeating (instance '
+            || coalesce(j.instance_id::text, '?') || '); rescued',
+        last_error_at = now()
+    FROM stuck
+    WHERE j.id = stuck.id
+    RETURNING j.id, j.status, j.queue
 )
-UPDATE {{schema}}.{{jobs}} AS j
-SET status = CASE
-        WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
-        WHEN j.attempts >= j.max_attempts THEN 'failed'
-        ELSE 'pending' END,
-    finished_at = CASE
-        WHEN j.cancel_requested_at IS NOT NULL OR j.attempts >= j.max_attempts THEN now() END,
-    scheduled_for = CASE
-        WHEN j.cancel_requested_at IS NOT NULL OR j.attempts >= j.max_attempts
-        THEN j.scheduled_for ELSE now() END,
-    lease_token = NULL,
-    last_error = 'the worker running this job stopped heartbeating (instance '
-        || coalesce(j.instance_id::text, '?') || '); rescued',
-    last_error_at = now()
-FROM stuck
-WHERE j.id = stuck.id
-RETURNING j.id, j.status;
+SELECT id, status, CASE WHEN status = 'pending' THEN pg_notify($2, 'q:' || queue) END::text
+FROM rescued;
 
 -- name: job_cleanup
 -- Remove up to $3 finished jobs: completed ones older than $1 seconds, failed or cancelled ones

@@ -16,7 +16,8 @@ from tests.faults.harness import (
 )
 
 # A dead worker's jobs: stale after rescue_after, seen at the leader's next tick, claimed at
-# once (the rescue notifies), plus the job's own run time and a slow machine's slack.
+# once (the rescue notifies, and they keep their place in the queue), plus the job's own run
+# time and a slow machine's slack.
 RESCUE_BOUND = RESCUE_AFTER + 4 * LEADER_INTERVAL + 3.0
 
 
