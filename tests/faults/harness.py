@@ -287,6 +287,24 @@ class Fleet:
         if sig == signal.SIGKILL:
             worker.proc.wait(10)
 
+    def kill_and_settle(self, worker: Worker) -> None:
+        """SIGKILL a worker, then wait until its sessions are gone from the server.
+
+        A statement the worker sent just before dying still runs (and commits) on its backend;
+        only once those backends have exited does the database show what the dead worker left.
+        """
+        backends = self.backends(worker)
+        self.signal(worker, signal.SIGKILL)
+        wait_for(
+            lambda: (
+                not self.observer.rows(
+                    "SELECT pid FROM pg_stat_activity WHERE pid = ANY(%s)", (backends,)
+                )
+            ),
+            10,
+            "the killed worker's sessions gone",
+        )
+
     def stop(self, worker: Worker, timeout: float = 30) -> None:
         """Stop a worker gracefully and check that it exited cleanly."""
         worker.proc.send_signal(signal.SIGTERM)

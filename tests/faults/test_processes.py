@@ -55,9 +55,9 @@ def test_sigkill_mid_job(fleet: Fleet) -> None:
     fleet.add_rolled_back()
     ids = fleet.add(40, sleep=0.3)
     wait_for(lambda: unfinished_runs(fleet, victim.pid) >= 2, 20, "the victim mid-job")
-    held = held_by(fleet, victim.pid)
-    fleet.signal(victim, signal.SIGKILL)
     start = time.monotonic()
+    fleet.kill_and_settle(victim)
+    held = held_by(fleet, victim.pid)
     assert held, "the victim held no job when killed"
     fleet.wait_final(held, 30, "the killed worker's jobs")
     note_time(
@@ -98,7 +98,8 @@ def test_sigkill_after_process_returned_before_the_outcome_was_written(fleet: Fl
             30,
             "the victim busy",
         )
-        fleet.signal(victim, signal.SIGKILL)
+        start = time.monotonic()
+        fleet.kill_and_settle(victim)
         # jobs whose code had returned while the database still shows them processing
         caught = [
             job_id
@@ -112,7 +113,6 @@ def test_sigkill_after_process_returned_before_the_outcome_was_written(fleet: Fl
         if caught:
             break
     assert caught, "never caught a job between its return and its recorded outcome"
-    start = time.monotonic()
     fleet.wait_final(caught, 30, "the returned-but-unrecorded jobs")
     note_time(
         "SIGKILL between return and outcome write: job completed again",
