@@ -11,10 +11,9 @@ import pytest
 
 from tests.faults.harness import ALL_MODES, Fleet, Observer
 
-pytestmark = pytest.mark.faults
-
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Marked "faults" so that the default run (-m 'not faults') leaves them to make test-faults.
     here = Path(__file__).parent
     for item in items:
         if here in Path(item.path).parents:

@@ -1,4 +1,4 @@
-"""The database side breaks: killed backends, a restarted server."""
+"""The database side breaks: killed backends, a restarted server, a network that loses replies."""
 
 from __future__ import annotations
 
