@@ -155,7 +155,6 @@ class Fleet:
     workers: list[Worker] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     committed: set[int] = field(default_factory=set)
-    expected_logs: list[str] = field(default_factory=list)
     client: pgqueue.Client | None = None
     # the test session's own connections to this database (not the workers')
     own_backends: Callable[[], list[int]] = list
