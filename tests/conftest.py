@@ -8,6 +8,7 @@ its own database and drops it at the end; each test gets its own schema inside i
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -51,18 +52,20 @@ class Db:
         self.conn = psycopg.connect(url, autocommit=True)
 
     def rows(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        try:
-            with psycopg.RawCursor(self.conn) as cur:
-                cur.execute(query, params)
-                return cur.fetchall() if cur.description else []
-        except psycopg.OperationalError:
-            if not self.conn.broken:
-                raise
-        # The fault suite restarts the server: come back once with a new session.
-        self.conn = psycopg.connect(self.url, autocommit=True)
-        with psycopg.RawCursor(self.conn) as cur:
-            cur.execute(query, params)
-            return cur.fetchall() if cur.description else []
+        # The fault suite kills sessions and restarts the server: a broken session is replaced,
+        # waiting up to 30 s for the server to take connections again.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if self.conn.closed or self.conn.broken:
+                    self.conn = psycopg.connect(self.url, autocommit=True, connect_timeout=3)
+                with psycopg.RawCursor(self.conn) as cur:
+                    cur.execute(query, params)
+                    return cur.fetchall() if cur.description else []
+            except psycopg.OperationalError:
+                if not (self.conn.closed or self.conn.broken) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
 
     def value(self, query: str, params: Sequence[Any] = ()) -> Any:
         return self.rows(query, params)[0][0]

@@ -262,9 +262,9 @@ class Runtime:
             wake.clear()
             wait = self.config.poll_interval
             free = concurrency - len(self._active[queue])
-            if unsure and not self._release_unsure(queue, unsure):
-                free = 0  # no new claim until we know what the lost ones took
-            if free > 0:
+            # no new claim until we know what the lost ones took
+            failed = bool(unsure) and not self._release_unsure(queue, unsure)
+            if not failed and free > 0:
                 lease = uuid.uuid4()
                 try:
                     rows, due = split_claim_rows(
@@ -284,9 +284,8 @@ class Runtime:
                     logger.warning("queue %s: claim failed (%s); retrying", queue, exc)
                     if isinstance(exc, ConnectionLost):
                         unsure.append(lease)
-                    wait = error_delay
-                    error_delay = min(error_delay * 2, self.config.listener_reconnect_max)
-            elif unsure:
+                    failed = True
+            if failed:
                 wait = error_delay
                 error_delay = min(error_delay * 2, self.config.listener_reconnect_max)
             wait_event(wake, wait)

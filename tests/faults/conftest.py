@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.faults.harness import ALL_MODES, Fleet, Observer
+from tests.conftest import Db
+from tests.faults.harness import ALL_MODES, Fleet
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -37,18 +37,8 @@ def mode(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def observer(database_url: str) -> Iterator[Observer]:
-    obs = Observer(database_url)
-    yield obs
-    obs.close()
-
-
-@pytest.fixture
-def fleet(
-    mode: str, database_url: str, schema: str, tmp_path: Path, observer: Observer, db: Any
-) -> Iterator[Fleet]:
-    f = Fleet(mode, database_url, schema, tmp_path, observer)
-    f.own_backends = lambda: [] if db.conn.closed else [db.conn.info.backend_pid]
+def fleet(mode: str, database_url: str, schema: str, tmp_path: Path, db: Db) -> Iterator[Fleet]:
+    f = Fleet(mode, database_url, schema, tmp_path, db)
     f.setup()
     try:
         yield f

@@ -25,6 +25,7 @@ import psutil
 import psycopg
 
 import pgqueue
+from tests.conftest import Db
 from tests.faults import jobs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,37 +79,6 @@ def note_time(case: str, mode: str, seconds: float, bound: float) -> None:
     assert seconds < bound, f"{case} [{mode}]: recovery took {seconds:.2f}s, bound {bound:.1f}s"
 
 
-class Observer:
-    """The test's own autocommit connection; reconnects when a fault took it down."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.conn = psycopg.connect(url, autocommit=True)
-
-    def rows(self, query: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
-        for attempt in range(100):
-            try:
-                if self.conn.closed or self.conn.broken:
-                    self.conn = psycopg.connect(self.url, autocommit=True, connect_timeout=3)
-                with self.conn.cursor() as cur:
-                    cur.execute(query, tuple(params))
-                    return cur.fetchall() if cur.description else []
-            except psycopg.OperationalError:
-                if attempt == 99:
-                    raise
-                time.sleep(0.1)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def value(self, query: str, params: Iterable[Any] = ()) -> Any:
-        return self.rows(query, params)[0][0]
-
-    def now(self) -> datetime:
-        return self.value("SELECT clock_timestamp()")  # type: ignore[no-any-return]
-
-    def close(self) -> None:
-        self.conn.close()
-
-
 @dataclass
 class Fault:
     at: datetime
@@ -151,13 +121,11 @@ class Fleet:
     base_url: str  # postgresql://… of the test database
     schema: str
     logs: Path
-    observer: Observer
+    observer: Db  # the test session's own connection (tests/conftest.py), reconnecting
     workers: list[Worker] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     committed: set[int] = field(default_factory=set)
     client: pgqueue.Client | None = None
-    # the test session's own connections to this database (not the workers')
-    own_backends: Callable[[], list[int]] = list
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -275,7 +243,7 @@ class Fleet:
 
     def fault(self, what: str, pid: int | None, fatal: bool = False) -> Fault:
         """Record a fault now (by the database's clock)."""
-        fault = Fault(self.observer.now(), what, pid, fatal)
+        fault = Fault(self.observer.value("SELECT clock_timestamp()"), what, pid, fatal)
         self.faults.append(fault)
         return fault
 
@@ -297,7 +265,7 @@ class Fleet:
         wait_for(
             lambda: (
                 not self.observer.rows(
-                    "SELECT pid FROM pg_stat_activity WHERE pid = ANY(%s)", (backends,)
+                    "SELECT pid FROM pg_stat_activity WHERE pid = ANY($1)", (backends,)
                 )
             ),
             10,
@@ -378,7 +346,7 @@ class Fleet:
 
     def statuses(self, ids: Iterable[int]) -> dict[int, str]:
         rows = self.observer.rows(
-            f"SELECT id, status FROM {self.jobs_table} WHERE id = ANY(%s)", (list(ids),)
+            f"SELECT id, status FROM {self.jobs_table} WHERE id = ANY($1)", (list(ids),)
         )
         return dict(rows)  # type: ignore[arg-type]
 
@@ -389,7 +357,7 @@ class Fleet:
         for _ in deadline_loop(timeout, f"{what} ({len(wanted)} jobs)", 0.05):
             if self.observer.value(
                 f"SELECT count(*) FROM {self.jobs_table} "
-                "WHERE id = ANY(%s) AND status IN ('completed', 'failed', 'cancelled')",
+                "WHERE id = ANY($1) AND status IN ('completed', 'failed', 'cancelled')",
                 (wanted,),
             ) == len(wanted):
                 return time.monotonic() - start
@@ -398,7 +366,7 @@ class Fleet:
     def runs(self, job_id: int) -> list[tuple[Any, ...]]:
         return self.observer.rows(
             f"SELECT attempt, pid, started_at, returned_at FROM {self.runs_table} "
-            "WHERE job_id = %s ORDER BY run_id",
+            "WHERE job_id = $1 ORDER BY run_id",
             (job_id,),
         )
 
@@ -466,7 +434,7 @@ class Fleet:
         state: list[Any] = []
 
         def clean() -> bool:
-            mine = [self.observer.value("SELECT pg_backend_pid()"), *self.own_backends()]
+            mine = [self.observer.value("SELECT pg_backend_pid()")]
             locks = self.observer.rows(
                 "SELECT pid, objid FROM pg_locks WHERE locktype = 'advisory' "
                 "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
@@ -474,7 +442,7 @@ class Fleet:
             others = self.observer.rows(
                 "SELECT pid, state, query FROM pg_stat_activity "
                 "WHERE datname = current_database() AND backend_type = 'client backend' "
-                "AND NOT pid = ANY(%s)",
+                "AND NOT pid = ANY($1)",
                 (mine,),
             )
             state[:] = [locks, others]

@@ -17,7 +17,7 @@ def listener_backend(fleet: Fleet, worker: Worker) -> int | None:
     """The backend of the worker's LISTEN session, once it is listening."""
     backends = fleet.backends(worker)
     rows = fleet.observer.rows(
-        "SELECT pid FROM pg_stat_activity WHERE pid = ANY(%s) AND query LIKE 'LISTEN %%'",
+        "SELECT pid FROM pg_stat_activity WHERE pid = ANY($1) AND query LIKE 'LISTEN %'",
         (backends,),
     )
     return rows[0][0] if rows else None
@@ -47,7 +47,7 @@ def test_listener_backend_terminated_repeatedly(fleet: Fleet) -> None:
         pid = wait_for(
             lambda old=old: (p := listener_backend(fleet, worker)) != old and p, 10, "a listener"
         )
-        fleet.observer.value("SELECT pg_terminate_backend(%s)", (pid,))
+        fleet.observer.value("SELECT pg_terminate_backend($1)", (pid,))
         old = pid
         (job,) = fleet.add(1)
         worst = max(worst, fleet.wait_final([job], 10, "a job added after the kill"))
@@ -74,7 +74,7 @@ def test_every_backend_terminated_during_completion_writes(fleet: Fleet) -> None
         backends = [pid for w in workers for pid in fleet.backends(w)]
         fleet.fault("every backend terminated", None)
         fleet.observer.rows(
-            "SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", (backends,)
+            "SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid", (backends,)
         )
         start = time.monotonic()
         before = completed(fleet)

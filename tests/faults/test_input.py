@@ -34,23 +34,23 @@ def test_poison_rows(fleet: Fleet) -> None:
     missing_field = fleet.add(1, job=jobs.Needs, x=1)[0]
     not_an_object = fleet.add(1, job=jobs.Needs, x=2)[0]
     unknown_field = fleet.add(1, job=jobs.Needs, x=3)[0]
-    fleet.observer.rows(f"UPDATE {t} SET payload = '{{}}' WHERE id = %s", (missing_field,))
-    fleet.observer.rows(f"UPDATE {t} SET payload = '[1, 2]' WHERE id = %s", (not_an_object,))
+    fleet.observer.rows(f"UPDATE {t} SET payload = '{{}}' WHERE id = $1", (missing_field,))
+    fleet.observer.rows(f"UPDATE {t} SET payload = '[1, 2]' WHERE id = $1", (not_an_object,))
     fleet.observer.rows(
-        f"""UPDATE {t} SET payload = '{{"x": 3, "surprise": true}}' WHERE id = %s""",
+        f"""UPDATE {t} SET payload = '{{"x": 3, "surprise": true}}' WHERE id = $1""",
         (unknown_field,),
     )
     assert fleet.client is not None
     unknown_kind = fleet.client.add_job(FromANewerDeploy()).id
     hostile_kind = fleet.add(1)[0]
     hostile = "fault.work'; DROP TABLE pgqueue_jobs; --" + "\u2603" * 5000
-    fleet.observer.rows(f"UPDATE {t} SET kind = %s WHERE id = %s", (hostile, hostile_kind))
+    fleet.observer.rows(f"UPDATE {t} SET kind = $1 WHERE id = $2", (hostile, hostile_kind))
     good = fleet.add(50)
     worker = fleet.start()
     fleet.wait_final([missing_field, not_an_object, unknown_field, *good], 30)
     for job_id in (missing_field, not_an_object, unknown_field):
         row = fleet.observer.rows(
-            f"SELECT status, attempts, last_error FROM {t} WHERE id = %s", (job_id,)
+            f"SELECT status, attempts, last_error FROM {t} WHERE id = $1", (job_id,)
         )[0]
         assert row[:2] == ("failed", 1), row
         assert "cannot build" in row[2], row
@@ -113,7 +113,7 @@ def test_a_thousand_concurrent_enqueuers(fleet: Fleet, tmp_path) -> None:
     fleet.check_invariants()
     assert (
         fleet.observer.value(
-            f"SELECT count(*) FROM {fleet.runs_table} WHERE job_id = ANY(%s)", (ids,)
+            f"SELECT count(*) FROM {fleet.runs_table} WHERE job_id = ANY($1)", (ids,)
         )
         == 1000
     )  # exactly once: no fault here
@@ -177,7 +177,7 @@ def test_hostile_and_oversize_names(fleet: Fleet) -> None:
     worker = fleet.start(queues=f"{longest}=1")
     fleet.wait_final(fleet.committed, 30)
     assert (
-        fleet.observer.value(f"SELECT queue FROM {fleet.jobs_table} WHERE id = %s", (job.id,))
+        fleet.observer.value(f"SELECT queue FROM {fleet.jobs_table} WHERE id = $1", (job.id,))
         == longest
     )
     assert worker.alive()
@@ -210,13 +210,13 @@ def test_nul_bytes_and_huge_payloads(fleet: Fleet) -> None:
     huge = fleet.add(1, tag="huge")[0]
     fleet.observer.rows(
         f"UPDATE {fleet.jobs_table} SET payload = jsonb_build_object('tag', 'huge', "
-        "'blob', repeat('z', 30000000)) WHERE id = %s",
+        "'blob', repeat('z', 30000000)) WHERE id = $1",
         (huge,),
     )
     worker = fleet.start()
     fleet.wait_final(fleet.committed, 60)
     runs = fleet.observer.rows(
-        f"SELECT job_id, tag FROM {fleet.runs_table} WHERE job_id = ANY(%s) ORDER BY job_id",
+        f"SELECT job_id, tag FROM {fleet.runs_table} WHERE job_id = ANY($1) ORDER BY job_id",
         ([escaped, big, huge],),
     )
     assert dict(runs) == {escaped: lookalike, big: "", huge: "huge"}

@@ -33,7 +33,7 @@ class LeaderWatch:
     def holders(self) -> list[int]:
         rows = self.fleet.observer.rows(
             "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
-            "AND classid::bigint = %s AND objid::bigint = %s",
+            "AND classid::bigint = $1 AND objid::bigint = $2",
             self.halves,
         )
         flagged = self.fleet.observer.value(

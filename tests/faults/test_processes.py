@@ -28,7 +28,7 @@ def held_by(fleet: Fleet, pid: int) -> list[int]:
         for (job_id,) in fleet.observer.rows(
             f"SELECT j.id FROM {fleet.jobs_table} j "
             f'JOIN "{fleet.schema}".pgqueue_instances i USING (instance_id) '
-            "WHERE j.status = 'processing' AND i.pid = %s",
+            "WHERE j.status = 'processing' AND i.pid = $1",
             (pid,),
         )
     ]
@@ -37,7 +37,7 @@ def held_by(fleet: Fleet, pid: int) -> list[int]:
 def unfinished_runs(fleet: Fleet, pid: int) -> int:
     return int(
         fleet.observer.value(
-            f"SELECT count(*) FROM {fleet.runs_table} WHERE pid = %s AND returned_at IS NULL",
+            f"SELECT count(*) FROM {fleet.runs_table} WHERE pid = $1 AND returned_at IS NULL",
             (pid,),
         )
     )
@@ -68,8 +68,8 @@ def test_sigkill_mid_job(fleet: Fleet) -> None:
     )
     fleet.wait_final(ids, 60)
     rescued = fleet.observer.value(
-        f"SELECT count(*) FROM {fleet.jobs_table} WHERE id = ANY(%s) AND attempts = 2 "
-        "AND last_error LIKE '%%stopped heartbeating%%'",
+        f"SELECT count(*) FROM {fleet.jobs_table} WHERE id = ANY($1) AND attempts = 2 "
+        "AND last_error LIKE '%stopped heartbeating%'",
         (held,),
     )
     assert rescued == len(held)
@@ -91,7 +91,7 @@ def test_sigkill_after_process_returned_before_the_outcome_was_written(fleet: Fl
         wait_for(
             lambda v=victim: (
                 fleet.observer.value(
-                    f"SELECT count(*) FROM {fleet.runs_table} WHERE pid = %s", (v.pid,)
+                    f"SELECT count(*) FROM {fleet.runs_table} WHERE pid = $1", (v.pid,)
                 )
                 >= 100
             ),
@@ -105,7 +105,7 @@ def test_sigkill_after_process_returned_before_the_outcome_was_written(fleet: Fl
             job_id
             for (job_id,) in fleet.observer.rows(
                 f"SELECT r.job_id FROM {fleet.runs_table} r JOIN {fleet.jobs_table} j "
-                "ON j.id = r.job_id WHERE r.pid = %s AND r.returned_at IS NOT NULL "
+                "ON j.id = r.job_id WHERE r.pid = $1 AND r.returned_at IS NOT NULL "
                 "AND j.status = 'processing' AND j.attempts = r.attempt",
                 (victim.pid,),
             )
@@ -153,7 +153,7 @@ def test_sigstop_past_the_heartbeat_threshold_then_sigcont(fleet: Fleet) -> None
     wait_for(lambda: fleet.runs(job)[0][3] is not None, 20, "the stalled run returned")
     wait_for(lambda: "no longer ours" in stalled.log(), 20, "the late write refused")
     assert fleet.observer.rows(
-        f"SELECT status, attempts FROM {fleet.jobs_table} WHERE id = %s", (job,)
+        f"SELECT status, attempts FROM {fleet.jobs_table} WHERE id = $1", (job,)
     ) == [("completed", 2)]
     # and it is a working member again
     fleet.stop(other)
@@ -182,7 +182,7 @@ def test_sigterm_then_a_second_sigterm(fleet: Fleet) -> None:
     assert "stopping now" in worker.log()
     # handed back without charging an attempt; nobody is left registered
     assert fleet.observer.rows(
-        f"SELECT status, attempts FROM {fleet.jobs_table} WHERE id = %s", (stubborn,)
+        f"SELECT status, attempts FROM {fleet.jobs_table} WHERE id = $1", (stubborn,)
     ) == [("pending", 0)]
     assert fleet.observer.value(f'SELECT count(*) FROM "{fleet.schema}".pgqueue_instances') == 0
     assert fleet.client is not None
@@ -202,7 +202,7 @@ def test_handler_blocking_past_the_heartbeat_threshold_is_not_rescued(fleet: Fle
         assert len(runs) == 1, runs
     assert (
         fleet.observer.value(
-            f"SELECT max(attempts) FROM {fleet.jobs_table} WHERE id = ANY(%s)", (blocked,)
+            f"SELECT max(attempts) FROM {fleet.jobs_table} WHERE id = ANY($1)", (blocked,)
         )
         == 1
     )
@@ -241,7 +241,7 @@ def test_handler_that_kills_its_process_fails_after_max_attempts(fleet: Fleet) -
     assert restarts == 3
     assert len(fleet.runs(deadly)) == 3
     assert fleet.observer.rows(
-        f"SELECT attempts FROM {fleet.jobs_table} WHERE id = %s", (deadly,)
+        f"SELECT attempts FROM {fleet.jobs_table} WHERE id = $1", (deadly,)
     ) == [(3,)]
     fleet.wait_final(others, 60)
     finish(fleet, {deadly: "failed"})
@@ -260,7 +260,7 @@ def test_resumed_worker_claims_its_own_rescued_job_again(fleet: Fleet) -> None:
     fleet.signal(stalled, signal.SIGSTOP)
     wait_for(
         lambda: (
-            fleet.observer.value(f"SELECT status FROM {fleet.jobs_table} WHERE id = %s", (job,))
+            fleet.observer.value(f"SELECT status FROM {fleet.jobs_table} WHERE id = $1", (job,))
             == "pending"
         ),
         RESCUE_BOUND + 5,
@@ -273,7 +273,7 @@ def test_resumed_worker_claims_its_own_rescued_job_again(fleet: Fleet) -> None:
     runs = fleet.runs(job)
     assert [r[:2] for r in runs] == [(1, stalled.pid), (2, stalled.pid)]
     assert fleet.observer.rows(
-        f"SELECT status, attempts FROM {fleet.jobs_table} WHERE id = %s", (job,)
+        f"SELECT status, attempts FROM {fleet.jobs_table} WHERE id = $1", (job,)
     ) == [("completed", 2)]
     finish(fleet)
     fleet.check_logs()
