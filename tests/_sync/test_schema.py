@@ -51,25 +51,7 @@ def test_claim_index_is_partial_and_in_claim_order(
     assert "WHERE (status = 'pending'::text)" in indexdef
 
 
-def test_claim_uses_the_partial_index(
-    client: pgqueue.Client, settings: pgqueue.Settings, db
-) -> None:
-    table = f'"{settings.schema}".pgqueue_jobs'
-    # many finished rows, few pending ones: the planner must pick the partial index
-    db.rows(
-        f"INSERT INTO {table} (kind, queue, payload, status, finished_at) "
-        "SELECT 'k', 'default', '{}', 'completed', now() FROM generate_series(1, 20000)"
-    )
-    db.rows(f"INSERT INTO {table} (kind, queue, payload) SELECT 'k', 'default', '{{}}'")
-    db.rows(f"ANALYZE {table}")
-    plan = "\n".join(
-        r[0]
-        for r in db.rows(
-            f"EXPLAIN SELECT id FROM {table} WHERE status = 'pending' AND queue = 'default' "
-            "AND scheduled_for <= now() ORDER BY priority DESC, scheduled_for, id LIMIT 10"
-        )
-    )
-    assert "pgqueue_jobs_claim_idx" in plan
+# The claim's query plan (prepared, generic and custom): tests/test_query_plans.py.
 
 
 def test_custom_schema_and_prefix_are_isolated(driver: pgqueue.Driver, schema: str, db) -> None:
