@@ -1,8 +1,8 @@
 """pgqueue: a PostgreSQL-backed background job queue for sync and asyncio Python.
 
 Define job types by subclassing :class:`Worker`, enqueue and run them with :class:`Client`
-(sync, threads) or :class:`AsyncClient` (asyncio), on psycopg 3 (and, in later releases,
-SQLAlchemy 2 or asyncpg).
+(sync, threads) or :class:`AsyncClient` (asyncio), on psycopg 3, SQLAlchemy 2 or asyncpg
+(asyncio only).
 """
 
 from ._async.client import AsyncClient, JobInfo
@@ -31,7 +31,7 @@ from .errors import (
 from .jobs import CancelSignal, JobContext, JobHandle, Worker, WorkerRegistry
 from .options import JobOptions
 from .outcomes import Cancel, Discard, JobOutcome, Retry
-from .queries import migrations_script
+from .queries import migrations_script, migrations_statements
 from .runtime_config import RuntimeConfig
 from .settings import Settings
 
@@ -79,4 +79,5 @@ __all__ = [
     "Worker",
     "WorkerRegistry",
     "migrations_script",
+    "migrations_statements",
 ]

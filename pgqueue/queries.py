@@ -16,7 +16,15 @@ from importlib import resources
 
 from .settings import Settings
 
-__all__ = ["Migration", "Queries", "migrations_for", "migrations_script", "queries_for"]
+__all__ = [
+    "Migration",
+    "Queries",
+    "migrations_for",
+    "migrations_script",
+    "migrations_statements",
+    "queries_for",
+    "split_statements",
+]
 
 _PLACEHOLDER_RE = re.compile(r"\{\{([a-z_]+)\}\}")
 _NAME_RE = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
@@ -147,10 +155,61 @@ def migrations_script(
             continue
         parts.append(f"-- migration {m.version}: {m.name}")
         parts.append(m.sql.strip())
-        parts.append(
-            f"INSERT INTO {q.table('migrations')} (version, name) "
-            f"VALUES ({m.version}, '{m.name}') ON CONFLICT (version) DO NOTHING;"
-        )
+        parts.append(_migration_record(settings, m) + ";")
     if transaction:
         parts.append("COMMIT;")
     return "\n".join(parts) + "\n"
+
+
+def migrations_statements(settings: Settings, *, from_version: int = 0) -> list[str]:
+    """Return what ``migrations_script(..., transaction=False)`` runs, one statement per item.
+
+    For tools that take one statement at a time: SQLAlchemy's asyncpg dialect prepares every
+    statement, and a prepared statement holds a single command, so neither ``exec_driver_sql``
+    nor Alembic's ``op.execute`` can run the whole script there. Run the items in order, in one
+    transaction. They end without a semicolon.
+    """
+    q = queries_for(settings)
+    statements = [
+        f"SELECT pg_advisory_xact_lock({settings.advisory_key('migrate')})",
+        q.schema_create,
+        q.migration_table_create,
+    ]
+    for m in migrations_for(settings):
+        if m.version > from_version:
+            statements += split_statements(m.sql)
+            statements.append(_migration_record(settings, m))
+    return statements
+
+
+def _migration_record(settings: Settings, migration: Migration) -> str:
+    return (
+        f"INSERT INTO {queries_for(settings).table('migrations')} (version, name) "
+        f"VALUES ({migration.version}, '{migration.name}') ON CONFLICT (version) DO NOTHING"
+    )
+
+
+# What can hold a semicolon that does not end a statement: comments, quoted strings and
+# identifiers, dollar-quoted bodies. (Not E'' strings with backslash escapes: pgqueue's SQL
+# has none.)
+_SQL_TOKEN_RE = re.compile(
+    r"--[^\n]*|/\*.*?\*/|'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|(\$[A-Za-z_]\w*\$|\$\$).*?\1|;",
+    re.S,
+)
+_COMMENT_RE = re.compile(r"--[^\n]*|/\*.*?\*/", re.S)
+
+
+def split_statements(sql: str) -> list[str]:
+    """Split a SQL script into its statements, without their semicolons.
+
+    Semicolons inside comments, quotes and dollar-quoted bodies do not split. Comments between
+    statements stay with the statement that follows; a part that is only comments is dropped.
+    """
+    statements = []
+    start = 0
+    for match in _SQL_TOKEN_RE.finditer(sql):
+        if match.group() == ";":
+            statements.append(sql[start : match.start()])
+            start = match.end()
+    statements.append(sql[start:])
+    return [s.strip() for s in statements if _COMMENT_RE.sub("", s).strip()]

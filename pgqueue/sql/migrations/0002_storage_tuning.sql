@@ -2,7 +2,7 @@
 --
 -- A job row is inserted, updated when claimed and again when it ends, and deleted by retention
 -- a day later: a queue table turns over its whole content all the time. PostgreSQL's defaults
--- (vacuum when 20 % of a table is dead) let dead rows and index entries pile up between
+-- (vacuum when a fifth of a table is dead) let dead rows and index entries pile up between
 -- vacuums, and the claim walks past them. These settings make autovacuum visit the jobs table
 -- early and without throttling, and leave room on each page so that an updated row version
 -- usually lands on the page of the old one.
