@@ -47,7 +47,7 @@ class SendWelcome(pgqueue.Worker):
                 sql.SQL("INSERT INTO {}.welcome_log (email, job_id) VALUES (%s, %s)").format(
                     sql.Identifier(SCHEMA)
                 ),
-                (self.email, ctx.job_id),
+                (self.email, ctx.id),
             )
 
 

@@ -5,7 +5,7 @@ Define job types by subclassing :class:`Worker`, enqueue and run them with :clas
 (asyncio only).
 """
 
-from ._async.client import AsyncClient, JobInfo
+from ._async.client import AsyncClient
 from ._async.driver import AsyncAdvisoryLock, AsyncDriver, AsyncListener, AsyncSupportsCopy
 from ._sync.client import Client
 from ._sync.driver import AdvisoryLock, Driver, Listener, SupportsCopy
@@ -20,6 +20,7 @@ from .errors import (
     DuplicateKind,
     InvalidJobOptions,
     InvalidName,
+    InvalidQueueName,
     JobIdConflict,
     JobSerializationError,
     MigrationError,
@@ -58,6 +59,7 @@ __all__ = [
     "DuplicateKind",
     "InvalidJobOptions",
     "InvalidName",
+    "InvalidQueueName",
     "JobContext",
     "JobHandle",
     "JobIdConflict",

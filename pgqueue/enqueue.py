@@ -78,9 +78,14 @@ class PreparedJob:
 def encode_payload(job: Worker, settings: Settings) -> str:
     """Serialize ``job``'s arguments to the JSON text stored in the ``payload`` column."""
     what = type(job).__qualname__
-    args = job.to_payload()
+    try:
+        args = job.to_payload()
+    except RecursionError:
+        raise _too_deep(what) from None
     try:
         text = _ENCODER.encode(args)
+    except RecursionError:
+        raise _too_deep(what) from None
     except (TypeError, ValueError) as exc:
         raise JobSerializationError(
             f"cannot store the arguments of {what}: {_culprit(args)}{exc}. Job arguments are "
@@ -107,6 +112,13 @@ def encode_payload(job: Worker, settings: Settings) -> str:
             "raise Settings(max_payload_bytes=...)"
         )
     return text
+
+
+def _too_deep(what: str) -> JobSerializationError:
+    return JobSerializationError(
+        f"cannot store the arguments of {what}: they are nested too deeply to encode as JSON; "
+        "flatten them, or store the data elsewhere and pass a reference"
+    )
 
 
 def _culprit(args: dict[str, Any]) -> str:

@@ -18,6 +18,7 @@ __all__ = [
     "DuplicateKind",
     "InvalidJobOptions",
     "InvalidName",
+    "InvalidQueueName",
     "JobIdConflict",
     "JobSerializationError",
     "MigrationError",
@@ -54,6 +55,14 @@ class UnknownJobKind(PgQueueError, LookupError):
 
 class InvalidJobOptions(PgQueueError, ValueError):
     """Enqueue options are out of range or contradict each other."""
+
+
+class InvalidQueueName(InvalidJobOptions, InvalidName):
+    """A job's ``queue`` option breaks the naming rules.
+
+    A bad option like any other (:class:`InvalidJobOptions`), and a bad name
+    (:class:`InvalidName`), so code that catches either catches it.
+    """
 
 
 class JobSerializationError(PgQueueError, ValueError):

@@ -9,35 +9,52 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import math
 import random
 import threading
+import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+from .errors import ConnectionLost, DatabaseError
 from .jobs import CancelSignal, JobContext
 from .outcomes import Cancel, Discard, Retry
 from .runtime_config import RuntimeConfig
 
 __all__ = [
+    "OVERRUN_GRACE",
     "CancelFlag",
     "ClaimedJob",
     "Outcome",
     "ProcessStopped",
     "ProcessTimeout",
+    "Running",
+    "StuckRuns",
     "backoff_delay",
+    "describe_error",
     "finish_params",
     "is_coroutine_function",
+    "is_data_refusal",
+    "log_outcome",
     "outcome_for_bad_payload",
     "outcome_for_error",
+    "outcome_unrecordable",
+    "outcome_unrunnable",
     "parse_claimed",
+    "signal_stop",
     "split_claim_rows",
+    "storable_text",
 ]
 
 logger = logging.getLogger("pgqueue")
 _JOB_LOGGER = logging.getLogger("pgqueue.job")
+
+# How long a coroutine that overran its timeout gets to unwind from its cancellation before
+# the runtime records the timeout and frees its slot (its code may go on: a stuck run).
+OVERRUN_GRACE = 1.0
 
 # Tracebacks beyond this are cut from the stored history (the message is kept whole).
 _MAX_TRACEBACK_CHARS = 8000
@@ -101,9 +118,13 @@ class CancelFlag:
         return event.wait(timeout)
 
 
-@dataclass
+@dataclass(slots=True)
 class ClaimedJob:
-    """A job this process claimed, as read back from ``job_claim``."""
+    """A job this process claimed, as read back from ``job_claim``.
+
+    ``timeout``, ``backoff`` and ``backoff_max`` come from the row's ``options`` column, checked;
+    when that column cannot be read, ``options_error`` says why (the job is failed unrun).
+    """
 
     id: int
     kind: str
@@ -112,17 +133,17 @@ class ClaimedJob:
     attempt: int
     max_attempts: int
     scheduled_for: datetime
-    options: dict[str, Any]
     priority: int
     lease: Any
+    job_id: str | None = None
+    timeout: float | None = None
+    backoff: float | None = None
+    backoff_max: float | None = None
+    options_error: str | None = None
     # why the runtime asked the job to stop, if it did: "cancel", "timeout" or "shutdown"
-    stop_reason: str | None = field(default=None)
-
-    @property
-    def timeout(self) -> float | None:
-        """The per-attempt timeout in seconds, if the job has one."""
-        value = self.options.get("timeout")
-        return float(value) if value is not None else None
+    stop_reason: str | None = None
+    # how long process() ran, in seconds, once it ended (or was given up on)
+    duration: float | None = None
 
     def context(self, cancelled: CancelSignal) -> JobContext:
         """Build the :class:`JobContext` handed to ``process``."""
@@ -136,7 +157,8 @@ class ClaimedJob:
             },
         )
         return JobContext(
-            job_id=self.id,
+            id=self.id,
+            job_id=self.job_id,
             kind=self.kind,
             queue=self.queue,
             attempt=self.attempt,
@@ -147,10 +169,46 @@ class ClaimedJob:
         )
 
 
+def _number(options: dict[str, Any], name: str, *, allow_zero: bool) -> float | None:
+    value = options.get(name)
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (value == 0 and not allow_zero)
+    ):
+        raise ValueError(
+            f"{name!r} must be a {'non-negative' if allow_zero else 'positive'} "
+            f"number of seconds, got {value!r}"
+        )
+    return float(value)
+
+
+def _read_options(job: ClaimedJob, text: str | None) -> None:
+    """Set ``job``'s runtime options from the ``options`` column, or ``options_error``."""
+    if not text or text == "{}":  # almost every job: skip the parser
+        return
+    try:
+        options = json.loads(text)
+        if not isinstance(options, dict):
+            raise ValueError(f"expected a JSON object, got {_clip(text, 100)}")
+        job.timeout = _number(options, "timeout", allow_zero=False)
+        job.backoff = _number(options, "backoff", allow_zero=True)
+        job.backoff_max = _number(options, "backoff_max", allow_zero=False)
+    except (ValueError, RecursionError) as exc:  # json.JSONDecodeError is a ValueError
+        job.options_error = f"cannot read the job's stored options: {exc}"
+
+
 def parse_claimed(row: Sequence[Any], lease: Any, queue: str) -> ClaimedJob:
-    """Read one job row returned by ``job_claim`` (the queue is the one claimed from)."""
-    job_id, kind, payload, attempts, max_attempts, scheduled_for, options, priority, _ = row
-    return ClaimedJob(
+    """Read one job row returned by ``job_claim`` (the queue is the one claimed from).
+
+    Never raises for what the row holds: options it cannot read end up in ``options_error``.
+    """
+    job_id, kind, payload, attempts, max_attempts, scheduled_for, options, priority, key = row[:9]
+    job = ClaimedJob(
         id=job_id,
         kind=kind,
         queue=queue,
@@ -158,11 +216,12 @@ def parse_claimed(row: Sequence[Any], lease: Any, queue: str) -> ClaimedJob:
         attempt=attempts,
         max_attempts=max_attempts,
         scheduled_for=scheduled_for,
-        # "{}" for almost every job: skip the parser
-        options=json.loads(options) if options and options != "{}" else {},
         priority=priority,
         lease=lease,
+        job_id=key,
     )
+    _read_options(job, options)
+    return job
 
 
 def split_claim_rows(
@@ -174,15 +233,15 @@ def split_claim_rows(
     than asked; then it is ``None`` when no scheduled job is waiting.
     """
     if rows and rows[-1][0] is None:
-        due = rows[-1][8]
+        due = rows[-1][-1]
         return rows[:-1], None if due is None else float(due)
     return rows, None
 
 
 def finish_params(batch: Sequence[tuple[ClaimedJob, Outcome]]) -> tuple[list[Any], ...]:
     """Return the array parameters of ``job_finish_many`` for a batch of outcomes."""
-    columns: tuple[list[Any], ...] = ([], [], [], [], [], [], [])
-    ids, leases, actions, statuses, delays, messages, errors = columns
+    columns: tuple[list[Any], ...] = ([], [], [], [], [], [], [], [])
+    ids, leases, actions, statuses, delays, messages, errors, durations = columns
     for job, outcome in batch:
         ids.append(job.id)
         leases.append(job.lease)
@@ -197,29 +256,35 @@ def finish_params(batch: Sequence[tuple[ClaimedJob, Outcome]]) -> tuple[list[Any
             messages.append(None)
             errors.append(None)
         delays.append(outcome.delay)
+        durations.append(job.duration)
     return columns
 
 
 def backoff_delay(job: ClaimedJob, config: RuntimeConfig) -> float:
     """Seconds to wait before the next attempt: exponential in the attempt, +/-20 % jitter."""
-    base = float(job.options.get("backoff", config.retry_backoff))
-    cap = float(job.options.get("backoff_max", config.retry_backoff_max))
+    base = config.retry_backoff if job.backoff is None else job.backoff
+    cap = config.retry_backoff_max if job.backoff_max is None else job.backoff_max
     # jitter spreads retries of jobs that failed together (an outage) over time
-    delay = min(base * 2.0 ** min(job.attempt - 1, 60), cap)
+    delay = min(base * 2.0 ** min(max(job.attempt, 1) - 1, 60), cap)
     return delay * random.uniform(0.8, 1.2)
 
 
 Action = Literal["complete", "retry", "fail", "cancel", "snooze", "release"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Outcome:
-    """What to write for a job that ended: the action and its details."""
+    """What to write for a job that ended: the action and its details.
+
+    ``message`` and ``error`` are storable: NUL bytes and lone surrogates are escaped.
+    ``exc`` is the exception behind an error outcome, for the log (never written).
+    """
 
     action: Action
     delay: float = 0.0
     message: str = ""
     error: str = ""  # JSON object for the error history
+    exc: BaseException | None = field(default=None, compare=False, repr=False)
 
     @property
     def status(self) -> str:
@@ -227,57 +292,188 @@ class Outcome:
         return {"retry": "pending", "fail": "failed", "cancel": "cancelled"}.get(self.action, "")
 
 
+def storable_text(text: str) -> str:
+    r"""Return ``text`` as PostgreSQL can store it in ``text`` and ``jsonb``.
+
+    A NUL character becomes the four characters ``\x00`` and a lone surrogate its ``\udXXX``
+    escape: PostgreSQL refuses both, and one job's odd exception message must not keep its
+    outcome (or, written in a batch, other jobs' outcomes) from being recorded.
+    """
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _type_name(exc: BaseException) -> str:
+    try:
+        return str(type(exc).__qualname__)
+    except Exception:  # a hostile metaclass
+        return "<unnamed exception type>"
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: message`` for the job's ``last_error``, storable and cut at 2,000 characters.
+
+    Never raises: an exception whose ``str()`` fails is described by that failure.
+    """
+    name = _type_name(exc)
+    try:
+        text = str(exc)
+        if not isinstance(text, str):  # pragma: no cover - str() always returns a str
+            raise TypeError("__str__ returned a non-string")
+    except Exception as inner:
+        text = f"<str() of the exception failed: {_type_name(inner)}>"
+    described = f"{name}: {text}" if text else name
+    return storable_text(described[:_MAX_MESSAGE_CHARS])
+
+
+def _traceback_text(exc: BaseException) -> str:
+    try:
+        text = "".join(traceback.format_exception(exc))
+    except Exception as inner:
+        text = f"<the traceback could not be formatted: {_type_name(inner)}>"
+    return storable_text(text[-_MAX_TRACEBACK_CHARS:])
+
+
 def _error_json(job: ClaimedJob, message: str, exc: BaseException | None) -> str:
-    tb = ""
-    if exc is not None:
-        tb = "".join(traceback.format_exception(exc))[-_MAX_TRACEBACK_CHARS:]
-    return json.dumps(
-        {
-            "attempt": job.attempt,
-            "at": datetime.now(UTC).isoformat(),
-            "error": message,
-            "traceback": tb,
-        }
-    )
+    now = datetime.now(UTC)
+    entry: dict[str, Any] = {
+        "attempt": job.attempt,
+        "at": now.isoformat(),
+        "error": message,
+        "traceback": "" if exc is None else _traceback_text(exc),
+    }
+    if job.duration is not None:
+        entry["started_at"] = (now - timedelta(seconds=job.duration)).isoformat()
+        entry["duration"] = round(job.duration, 6)
+    return json.dumps(entry)
 
 
-def _describe(exc: BaseException) -> str:
-    text = f"{type(exc).__qualname__}: {exc}" if str(exc) else type(exc).__qualname__
-    return text[:_MAX_MESSAGE_CHARS]
+def _error_outcome(
+    job: ClaimedJob, message: str, exc: BaseException | None, config: RuntimeConfig
+) -> Outcome:
+    """Return a charged failed attempt: retried after the backoff, or failed if the last."""
+    error = _error_json(job, message, exc)
+    if job.attempt >= job.max_attempts:
+        return Outcome("fail", message=message, error=error, exc=exc)
+    return Outcome("retry", delay=backoff_delay(job, config), message=message, error=error, exc=exc)
 
 
 def outcome_for_error(job: ClaimedJob, exc: BaseException, config: RuntimeConfig) -> Outcome:
-    """Decide what happens to ``job`` after ``process`` raised ``exc`` (or it was stopped)."""
+    """Decide what happens to ``job`` after ``process`` raised ``exc`` (or it was stopped).
+
+    Never raises: if the error cannot even be described, that failure is the attempt's error
+    (charged and recorded like any other), so an odd exception cannot make a job loop.
+    """
+    try:
+        return _outcome_for_error(job, exc, config)
+    except Exception as inner:
+        message = storable_text(
+            f"{_type_name(exc)}: <the error could not be described: {_type_name(inner)}>"
+        )
+        return _error_outcome(job, message, None, config)
+
+
+def _outcome_for_error(job: ClaimedJob, exc: BaseException, config: RuntimeConfig) -> Outcome:
     if job.stop_reason == "shutdown":
         # Whatever the job raised on its way out (even Cancel), it was cut off by a stop:
         # it goes back to pending for another run.
         return Outcome("release")
     if isinstance(exc, Retry):
         return Outcome("snooze", delay=max(exc.in_.total_seconds(), 0.0))
-    if isinstance(exc, Cancel):
-        return Outcome("cancel", message=exc.reason, error=_error_json(job, exc.reason, None))
-    if isinstance(exc, Discard):
-        return Outcome("fail", message=exc.reason, error=_error_json(job, exc.reason, None))
+    if isinstance(exc, Cancel | Discard):
+        reason = storable_text(str(exc.reason)[:_MAX_MESSAGE_CHARS])
+        action: Action = "cancel" if isinstance(exc, Cancel) else "fail"
+        return Outcome(action, message=reason, error=_error_json(job, reason, None))
     if job.stop_reason == "cancel":
         message = "cancelled while running"
-        return Outcome("cancel", message=message, error=_error_json(job, message, exc))
+        return Outcome("cancel", message=message, error=_error_json(job, message, exc), exc=exc)
     if job.stop_reason == "timeout":
         message = f"timed out after {job.timeout:g}s"
     else:
-        message = _describe(exc)
-    error = _error_json(job, message, exc)
-    if job.attempt >= job.max_attempts:
-        return Outcome("fail", message=message, error=error)
-    return Outcome("retry", delay=backoff_delay(job, config), message=message, error=error)
+        message = describe_error(exc)
+    return _error_outcome(job, message, exc, config)
 
 
 def outcome_for_bad_payload(job: ClaimedJob, exc: BaseException) -> Outcome:
     """Fail a job whose stored arguments do not fit its class (retrying cannot help)."""
-    message = (
-        f"cannot build {job.kind!r} from its stored arguments: {_describe(exc)} "
+    message = storable_text(
+        f"cannot build {job.kind!r} from its stored arguments: {describe_error(exc)} "
         "(was it enqueued by a different version of the job class?)"
+    )[:_MAX_MESSAGE_CHARS]
+    return Outcome("fail", message=message, error=_error_json(job, message, exc), exc=exc)
+
+
+def outcome_unrunnable(job: ClaimedJob) -> Outcome | None:
+    """Fail, without running it, a job that cannot run: unreadable options, no attempts left.
+
+    ``None`` for a job that can run (nearly all).
+    """
+    if job.options_error is not None:
+        message = storable_text(job.options_error)[:_MAX_MESSAGE_CHARS]
+    elif job.attempt > job.max_attempts:
+        # A row edited by hand, or max_attempts lowered: the claim counted one attempt more
+        # than the job has. It does not run again.
+        message = (
+            f"not run: no attempts left (claimed as attempt {job.attempt} of "
+            f"max_attempts {job.max_attempts})"
+        )
+    else:
+        return None
+    return Outcome("fail", message=message, error=_error_json(job, message, None))
+
+
+def outcome_unrecordable(job: ClaimedJob, error: BaseException) -> Outcome:
+    """Return what to write instead of an outcome the database refused (its text, say).
+
+    A message of ours made storable, and no traceback: this write does not fail on data. The
+    job ends ``failed``, so that a job whose outcome cannot be stored does not loop.
+    """
+    # Only the first line of the refusal: its details may quote the refused data itself.
+    reason = describe_error(error).split("\n", 1)[0]
+    message = (
+        "the outcome of this attempt could not be recorded: the database refused it "
+        f"({_clip(reason, 300)})"
     )
-    return Outcome("fail", message=message, error=_error_json(job, message, exc))
+    return Outcome("fail", message=message, error=_error_json(job, message, None))
+
+
+def log_outcome(job: ClaimedJob, outcome: Outcome) -> None:
+    """Log how a job ended: failures (with their traceback) at WARNING, the rest lower."""
+    action = outcome.action
+    took = f" in {job.duration:.3f}s" if job.duration is not None else ""
+    if action in ("retry", "fail"):
+        logger.warning(
+            "job %s (%s) attempt %d/%d failed%s: %s%s",
+            job.id,
+            job.kind,
+            job.attempt,
+            job.max_attempts,
+            took,
+            outcome.message,
+            f"; retrying in {outcome.delay:.1f}s" if action == "retry" else "; giving up",
+            exc_info=_loggable(outcome.exc),
+        )
+    elif action == "cancel":
+        logger.info("job %s (%s) cancelled%s: %s", job.id, job.kind, took, outcome.message)
+    elif logger.isEnabledFor(logging.DEBUG):
+        logger.debug("job %s (%s) attempt %d: %s%s", job.id, job.kind, job.attempt, action, took)
+
+
+def _loggable(exc: BaseException | None) -> BaseException | None:
+    # Only real failures get a traceback in the log (not a timeout's internal exception).
+    if exc is None or isinstance(exc, ProcessTimeout | ProcessStopped):
+        return None
+    return exc
 
 
 class ProcessTimeout(Exception):
@@ -286,3 +482,96 @@ class ProcessTimeout(Exception):
 
 class ProcessStopped(Exception):
     """``process`` was cut off by the runtime (cancel request or shutdown)."""
+
+
+@dataclass(slots=True)
+class Running:
+    """One run of a claimed job in this process: the runtime's bookkeeping, both sides alike."""
+
+    job: ClaimedJob
+    cancel: CancelFlag = field(default_factory=CancelFlag)
+    handle: Any = None  # from JobPool.submit
+    inner: Any = None  # what to cancel to cut process() off (a task), while it runs
+    is_coroutine: bool = False
+
+
+def signal_stop(running: Running, reason: str) -> None:
+    """Tell a running job to stop: its context's flag, and for coroutines a cancellation.
+
+    ``reason`` is ``"cancel"``, ``"timeout"`` or ``"shutdown"``; the first one given is kept.
+    """
+    if running.job.stop_reason is None:
+        running.job.stop_reason = reason
+    running.cancel.set()
+    # A thread cannot be interrupted, so a sync job asked to cancel is only signalled (it may
+    # still complete); shutdown and timeouts stop waiting for it (its result is ignored).
+    inner = running.inner
+    if inner is not None and (running.is_coroutine or reason != "cancel"):
+        inner.cancel()
+
+
+class StuckRuns:
+    """Runs whose ``process`` overran its timeout, ignored cancellation and still runs.
+
+    The runtime stops waiting for such a run (its attempt is recorded as timed out and its slot
+    is free) but cannot stop its code; this counts them and logs when each starts and stops
+    being stuck. Thread-safe: a thread may report that its run ended.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def add(self, job: ClaimedJob) -> Callable[[], None]:
+        """Count ``job``'s run as stuck; return the function to call once it ends."""
+        with self._lock:
+            self._count += 1
+            count = self._count
+        since = time.monotonic()
+        logger.warning(
+            "job %s (%s): process() overran its timeout of %gs and ignored cancellation; its "
+            "attempt is recorded as timed out and its slot is free, but its code keeps running "
+            "(%d stuck run(s) in this process)",
+            job.id,
+            job.kind,
+            job.timeout,
+            count,
+        )
+        ended = False
+
+        def end() -> None:
+            nonlocal ended
+            with self._lock:
+                if ended:
+                    return
+                ended = True
+                self._count -= 1
+            logger.info(
+                "job %s (%s): the stuck run of attempt %d ended %.1fs after its timeout; its "
+                "result was ignored",
+                job.id,
+                job.kind,
+                job.attempt,
+                time.monotonic() - since,
+            )
+
+        return end
+
+
+def is_data_refusal(exc: BaseException) -> bool:
+    """Return True when a write failed on what it carried, so that a resend fails again.
+
+    A data exception or integrity violation from the server (SQLSTATE classes 22, 23), or a
+    value the driver could not encode (a ``ValueError``/``TypeError``, raw or translated).
+    Lost connections, timeouts and everything else may pass: those writes are retried.
+    """
+    if isinstance(exc, ConnectionLost):
+        return False
+    if isinstance(exc, DatabaseError):
+        if exc.sqlstate is not None:
+            return exc.sqlstate[:2] in ("22", "23")
+        return isinstance(exc.__cause__, ValueError | TypeError)
+    return isinstance(exc, ValueError | TypeError)

@@ -120,9 +120,16 @@ def _init_fields(cls: type[Any]) -> tuple[str, ...] | None:
 
 @dataclass(frozen=True)
 class JobContext:
-    """What a running job knows about itself, passed to ``Worker.process``."""
+    """What a running job knows about itself, passed to ``Worker.process``.
 
-    job_id: int
+    ``id`` is the job's row id (the ``id`` of its :class:`JobHandle` and ``JobInfo``): unique
+    for the job's whole life, the idempotency key to give the services you call. ``job_id`` is
+    the caller-chosen id it was enqueued with (``add_job(job_id=...)``), or ``None``: the same
+    name, and meaning, as ``JobHandle.job_id`` and ``JobInfo.job_id``.
+    """
+
+    id: int
+    job_id: str | None
     kind: str
     queue: str
     attempt: int

@@ -10,6 +10,7 @@ __all__ = [
     "MAX_KIND_LENGTH",
     "MAX_QUEUE_LENGTH",
     "check_identifier",
+    "check_text",
     "validate_kind",
     "validate_queue",
 ]
@@ -32,6 +33,24 @@ def check_identifier(what: str, value: str, max_length: int) -> str:
             f"invalid {what} {value!r}: use 1 to {max_length} lowercase letters, digits and "
             "underscores, starting with a letter or underscore"
         )
+    return value
+
+
+def check_text(what: str, value: str) -> str:
+    """Return ``value`` if PostgreSQL can store it as ``text``, else raise ``ValueError``.
+
+    PostgreSQL text holds neither NUL characters nor lone surrogates (which are not UTF-8).
+    """
+    if "\x00" in value:
+        raise ValueError(f"{what} must not contain a NUL character (\\x00), got {value!r}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"{what} must be valid Unicode text: it holds a lone surrogate "
+                f"({exc.object[exc.start : exc.end]!r}), which is not UTF-8; got {value!r}"
+            ) from None
     return value
 
 

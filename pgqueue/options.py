@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
-from .errors import InvalidJobOptions
-from .names import validate_queue
+from .errors import InvalidJobOptions, InvalidName, InvalidQueueName
+from .names import check_text, validate_queue
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
@@ -24,6 +24,7 @@ DEFAULT_MAX_ATTEMPTS = 25
 # priority is stored as smallint; higher runs first.
 MIN_PRIORITY, MAX_PRIORITY = -32768, 32767
 MAX_ATTEMPTS_LIMIT = 2**31 - 1  # an integer column
+MAX_JOB_ID_LENGTH = 255
 # Far beyond any real schedule, well inside PostgreSQL's timestamp range.
 MAX_DELAY = timedelta(days=366 * 1000)
 
@@ -59,6 +60,27 @@ class JobOptions:
     retry_backoff: timedelta | None = None
     retry_backoff_max: timedelta | None = None
 
+    def __post_init__(self) -> None:
+        # Every value is checked here, where the option is built, so a bad one fails at the
+        # line that wrote it, with InvalidJobOptions, whatever the layer it came from.
+        if self.queue is not None:
+            _check_queue(self.queue)
+        if self.priority is not None:
+            _check_priority(self.priority)
+        if self.max_attempts is not None:
+            _check_max_attempts(self.max_attempts)
+        if self.run_at is not None and self.run_in is not None:
+            raise InvalidJobOptions("pass either run_at or run_in, not both")
+        if self.run_at is not None:
+            _check_run_at(self.run_at)
+        _seconds("run_in", self.run_in, allow_zero=True)
+        if self.job_id is not None:
+            _check_job_id(self.job_id)
+        _seconds("unique", self.unique, allow_zero=False)
+        _seconds("timeout", self.timeout, allow_zero=False)
+        _seconds("retry_backoff", self.retry_backoff, allow_zero=True)
+        _seconds("retry_backoff_max", self.retry_backoff_max, allow_zero=False)
+
     def merged_with(self, override: JobOptions | None) -> JobOptions:
         """Return these options with every field that ``override`` sets replaced by its value."""
         if override is None:
@@ -75,47 +97,13 @@ class JobOptions:
         return dataclasses.replace(self, **changes) if changes else self
 
     def resolve(self) -> ResolvedOptions:
-        """Fill the gaps with built-in defaults and check every value."""
-        queue = validate_queue(DEFAULT_QUEUE if self.queue is None else self.queue)
-        priority = 0 if self.priority is None else self.priority
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise InvalidJobOptions(f"priority must be an int, got {priority!r}")
-        if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
-            raise InvalidJobOptions(
-                f"priority {priority} is out of range: use {MIN_PRIORITY}..{MAX_PRIORITY}"
-            )
-        max_attempts = DEFAULT_MAX_ATTEMPTS if self.max_attempts is None else self.max_attempts
-        if (
-            isinstance(max_attempts, bool)
-            or not isinstance(max_attempts, int)
-            or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
-        ):
-            raise InvalidJobOptions(
-                f"max_attempts must be an int from 1 to {MAX_ATTEMPTS_LIMIT}, got {max_attempts!r}"
-            )
-        if self.run_at is not None and self.run_in is not None:
-            raise InvalidJobOptions("pass either run_at or run_in, not both")
-        if self.run_at is not None:
-            if not isinstance(self.run_at, datetime):
-                raise InvalidJobOptions(f"run_at must be a datetime, got {self.run_at!r}")
-            if self.run_at.tzinfo is None or self.run_at.utcoffset() is None:
-                raise InvalidJobOptions(
-                    "run_at must be timezone-aware, e.g. datetime.now(timezone.utc); "
-                    "a naive datetime is ambiguous (or use run_in for a delay)"
-                )
-        run_in = _seconds("run_in", self.run_in, allow_zero=True)
-        if run_in is not None and run_in < 0:
-            raise InvalidJobOptions("run_in must not be negative")
-        if self.job_id is not None and (not isinstance(self.job_id, str) or not self.job_id):
-            raise InvalidJobOptions(f"job_id must be a non-empty string, got {self.job_id!r}")
-        if self.job_id is not None and (len(self.job_id) > 255 or "\x00" in self.job_id):
-            raise InvalidJobOptions("job_id must be at most 255 characters, without NUL bytes")
+        """Fill the gaps with built-in defaults (every value was checked when it was set)."""
         return ResolvedOptions(
-            queue=queue,
-            priority=priority,
+            queue=DEFAULT_QUEUE if self.queue is None else self.queue,
+            priority=0 if self.priority is None else self.priority,
             run_at=self.run_at,
-            run_in_seconds=run_in,
-            max_attempts=max_attempts,
+            run_in_seconds=_seconds("run_in", self.run_in, allow_zero=True),
+            max_attempts=DEFAULT_MAX_ATTEMPTS if self.max_attempts is None else self.max_attempts,
             job_id=self.job_id,
             unique_seconds=_seconds("unique", self.unique, allow_zero=False),
             timeout_seconds=_seconds("timeout", self.timeout, allow_zero=False),
@@ -124,6 +112,54 @@ class JobOptions:
                 "retry_backoff_max", self.retry_backoff_max, allow_zero=False
             ),
         )
+
+
+def _check_queue(queue: object) -> None:
+    try:
+        validate_queue(queue)
+    except InvalidName as exc:
+        raise InvalidQueueName(str(exc)) from None
+
+
+def _check_priority(priority: object) -> None:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidJobOptions(f"priority must be an int, got {priority!r}")
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise InvalidJobOptions(
+            f"priority {priority} is out of range: use {MIN_PRIORITY}..{MAX_PRIORITY}"
+        )
+
+
+def _check_max_attempts(max_attempts: object) -> None:
+    if (
+        isinstance(max_attempts, bool)
+        or not isinstance(max_attempts, int)
+        or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
+    ):
+        raise InvalidJobOptions(
+            f"max_attempts must be an int from 1 to {MAX_ATTEMPTS_LIMIT}, got {max_attempts!r}"
+        )
+
+
+def _check_run_at(run_at: object) -> None:
+    if not isinstance(run_at, datetime):
+        raise InvalidJobOptions(f"run_at must be a datetime, got {run_at!r}")
+    if run_at.tzinfo is None or run_at.utcoffset() is None:
+        raise InvalidJobOptions(
+            "run_at must be timezone-aware, e.g. datetime.now(timezone.utc); "
+            "a naive datetime is ambiguous (or use run_in for a delay)"
+        )
+
+
+def _check_job_id(job_id: object) -> None:
+    if not isinstance(job_id, str) or not job_id:
+        raise InvalidJobOptions(f"job_id must be a non-empty string, got {job_id!r}")
+    if len(job_id) > MAX_JOB_ID_LENGTH:
+        raise InvalidJobOptions(f"job_id must be at most {MAX_JOB_ID_LENGTH} characters")
+    try:
+        check_text("job_id", job_id)
+    except ValueError as exc:
+        raise InvalidJobOptions(str(exc)) from None
 
 
 class JobOptionKwargs(TypedDict, total=False):

@@ -29,6 +29,9 @@ class RuntimeConfig:
       ``cleanup_batch``.
     - ``shutdown_timeout``: default for ``stop()``: how long running jobs may finish.
     - ``listener_reconnect_max``: cap of the backoff between LISTEN reconnect attempts.
+    - ``unknown_kind_interval``: how often a worker looks for due jobs of its queues whose kind
+      no running worker registers (they would wait silently); it warns about each such kind
+      when first found, then every 10 checks while they wait.
     """
 
     poll_interval: float = 1.0
@@ -42,6 +45,7 @@ class RuntimeConfig:
     cleanup_batch: int = 1000
     shutdown_timeout: float = 30.0
     listener_reconnect_max: float = 5.0
+    unknown_kind_interval: float = 60.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -53,6 +57,7 @@ class RuntimeConfig:
             "completed_retention",
             "failed_retention",
             "listener_reconnect_max",
+            "unknown_kind_interval",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:

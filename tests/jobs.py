@@ -22,7 +22,7 @@ STARTED: defaultdict[str, threading.Event] = defaultdict(threading.Event)
 
 
 def record(token: str, ctx: pgqueue.JobContext) -> None:
-    RUNS[token].append((ctx.job_id, ctx.attempt))
+    RUNS[token].append((ctx.id, ctx.attempt))
     STARTED[token].set()
 
 
@@ -160,8 +160,98 @@ class DbRecord(pgqueue.Worker):
         with _pool().connection() as conn:
             conn.execute(
                 f"INSERT INTO {self.table} (job_id, attempt, pid) VALUES (%s, %s, %s)",
-                (ctx.job_id, ctx.attempt, os.getpid()),
+                (ctx.id, ctx.attempt, os.getpid()),
             )
+
+
+@dataclass
+class ReturnOnCancel(pgqueue.Worker):
+    """A sync job that returns normally (does not raise) once its context is signalled."""
+
+    token: str
+
+    def process(self, ctx: pgqueue.JobContext) -> None:
+        record(self.token, ctx)
+        ctx.cancelled.wait(60)
+
+
+# Concurrency seen by the Overlap jobs of each token: how many run now, and the most at once.
+ACTIVE: defaultdict[str, int] = defaultdict(int)
+PEAK: defaultdict[str, int] = defaultdict(int)
+_ACTIVE_LOCK = threading.Lock()
+
+
+def _enter(token: str) -> None:
+    with _ACTIVE_LOCK:
+        ACTIVE[token] += 1
+        PEAK[token] = max(PEAK[token], ACTIVE[token])
+
+
+def _leave(token: str) -> None:
+    with _ACTIVE_LOCK:
+        ACTIVE[token] -= 1
+
+
+@dataclass
+class Overlap(pgqueue.Worker):
+    """A sync job that holds its slot for ``seconds``, counting how many run at once."""
+
+    token: str
+    seconds: float = 0.1
+
+    def process(self, ctx: pgqueue.JobContext) -> None:
+        _enter(self.token)
+        try:
+            time.sleep(self.seconds)
+        finally:
+            _leave(self.token)
+        record(self.token, ctx)
+
+
+@dataclass
+class AOverlap(pgqueue.Worker):
+    """The async twin of :class:`Overlap`."""
+
+    token: str
+    seconds: float = 0.1
+
+    async def process(self, ctx: pgqueue.JobContext) -> None:
+        _enter(self.token)
+        try:
+            await asyncio.sleep(self.seconds)
+        finally:
+            _leave(self.token)
+        record(self.token, ctx)
+
+
+@dataclass
+class Interrupt(pgqueue.Worker):
+    """Raises a ``BaseException`` on its first attempt (``SystemExit(code)`` or
+    ``KeyboardInterrupt``); later attempts succeed. For the worker-process tests."""
+
+    what: str = "exit"
+    code: int = 3
+
+    def process(self, ctx: pgqueue.JobContext) -> None:
+        if ctx.attempt == 1:
+            if self.what == "exit":
+                raise SystemExit(self.code)
+            raise KeyboardInterrupt
+
+
+@dataclass
+class AInterrupt(pgqueue.Worker):
+    """The async twin of :class:`Interrupt`."""
+
+    what: str = "exit"
+    code: int = 3
+
+    async def process(self, ctx: pgqueue.JobContext) -> None:
+        await asyncio.sleep(0)
+        if ctx.attempt == 1:
+            if self.what == "exit":
+                raise SystemExit(self.code)
+            raise KeyboardInterrupt
 
 
 _POOL: Any = None
@@ -181,3 +271,8 @@ def _pool() -> Any:
 registry = pgqueue.WorkerRegistry(
     Record, ARecord, Fail, AFlaky, Steer, Block, CancelOnStop, Sleeper, ABlock, Needs, DbRecord
 )
+registry.register(ReturnOnCancel)
+registry.register(Overlap)
+registry.register(AOverlap)
+registry.register(Interrupt)
+registry.register(AInterrupt)

@@ -55,25 +55,26 @@ def test_cancel_flag_set_before_the_first_wait_is_seen() -> None:
 
 def test_claim_rows_split_off_the_next_due_row() -> None:
     now = datetime.now(UTC)
-    job = (7, "k", '{"a":1}', 1, 25, now, "{}", 0, None)
-    rows, due = split_claim_rows([job, (None,) * 8 + (2.5,)])
+    job = (7, "k", '{"a":1}', 1, 25, now, "{}", 0, "key-7", None)
+    rows, due = split_claim_rows([job, (None,) * 9 + (2.5,)])
     assert rows == [job]
     assert due == 2.5
-    rows, due = split_claim_rows([job, (None,) * 9])
+    rows, due = split_claim_rows([job, (None,) * 10])
     assert rows == [job]
     assert due is None
     rows, due = split_claim_rows([job])  # every slot filled: no next-due row
     assert rows == [job]
     assert due is None
     claimed = parse_claimed(job, "lease", "q")
-    assert (claimed.id, claimed.queue, claimed.options, claimed.attempt) == (7, "q", {}, 1)
+    assert (claimed.id, claimed.queue, claimed.job_id, claimed.attempt) == (7, "q", "key-7", 1)
+    assert (claimed.timeout, claimed.backoff, claimed.options_error) == (None, None, None)
     with_options = parse_claimed((*job[:6], '{"timeout":1.5}', *job[7:]), "lease", "q")
     assert with_options.timeout == 1.5
 
 
 def test_finish_params_is_one_array_per_column() -> None:
     def job(i: int) -> ClaimedJob:
-        return ClaimedJob(i, "k", "q", "{}", 1, 3, datetime.now(UTC), {}, 0, uuid.uuid4())
+        return ClaimedJob(i, "k", "q", "{}", 1, 3, datetime.now(UTC), 0, uuid.uuid4(), duration=i)
 
     batch = [
         (job(1), Outcome("complete")),
@@ -83,7 +84,7 @@ def test_finish_params_is_one_array_per_column() -> None:
         (job(5), Outcome("snooze", delay=9.0)),
         (job(6), Outcome("release")),
     ]
-    ids, leases, actions, statuses, delays, messages, errors = finish_params(batch)
+    ids, leases, actions, statuses, delays, messages, errors, durations = finish_params(batch)
     assert ids == [1, 2, 3, 4, 5, 6]
     assert leases == [j.lease for j, _ in batch]
     assert actions == ["complete", "error", "error", "error", "snooze", "release"]
@@ -91,6 +92,7 @@ def test_finish_params_is_one_array_per_column() -> None:
     assert delays == [0.0, 4.0, 0.0, 0.0, 9.0, 0.0]
     assert messages == [None, "boom", "bad", "stop", None, None]
     assert errors == [None, "{}", "{}", "{}", None, None]
+    assert durations == [1, 2, 3, 4, 5, 6]
 
 
 def test_coroutine_check_is_remembered_per_function() -> None:

@@ -360,12 +360,56 @@ def test_pydantic_worker_invalid_payload_is_rejected() -> None:
         Typed.from_payload({"x": "not a number"})
 
 
+# -- msgspec ----------------------------------------------------------------------------------
+
+
+def test_msgspec_struct_worker_round_trips() -> None:
+    msgspec = pytest.importorskip("msgspec")  # in the dev extra
+
+    class ChargeCard(pgqueue.Worker, msgspec.Struct):
+        job_options = pgqueue.JobOptions(queue="billing")
+        amount_cents: int
+        when: datetime
+        note: str | None = None
+
+    assert ChargeCard.kind == "charge_card"  # class settings are not fields
+    assert ChargeCard.job_options == pgqueue.JobOptions(queue="billing")
+    assert ChargeCard.__struct_fields__ == ("amount_cents", "when", "note")
+    when = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)
+    job = ChargeCard(amount_cents=1250, when=when)
+    payload = job.to_payload()
+    # msgspec.to_builtins: the datetime becomes a string that json can store
+    assert payload == {"amount_cents": 1250, "when": "2024-05-06T07:08:09Z", "note": None}
+    rebuilt = ChargeCard.from_payload(payload)  # msgspec.convert
+    assert rebuilt == job
+    assert rebuilt is not job
+    registry = pgqueue.WorkerRegistry(ChargeCard)
+    assert registry.get("charge_card") is ChargeCard
+    assert registry.build("charge_card", payload) == job
+    assert registry.build("charge_card", payload) is not registry.build("charge_card", payload)
+
+
+def test_msgspec_struct_worker_with_explicit_kind_and_a_bad_payload() -> None:
+    msgspec = pytest.importorskip("msgspec")
+
+    class Typed(pgqueue.Worker, msgspec.Struct):
+        kind: ClassVar[str] = "typed.job"
+        x: int
+
+    assert Typed.kind == "typed.job"
+    assert Typed.__struct_fields__ == ("x",)
+    assert Typed(x=3).to_payload() == {"x": 3}
+    with pytest.raises(msgspec.ValidationError):
+        Typed.from_payload({"x": "not a number"})
+
+
 # -- JobContext --------------------------------------------------------------------------------
 
 
 def _context(*, attempt: int, max_attempts: int) -> pgqueue.JobContext:
     return pgqueue.JobContext(
-        job_id=1,
+        id=1,
+        job_id=None,
         kind="send_email",
         queue="default",
         attempt=attempt,

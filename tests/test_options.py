@@ -140,45 +140,55 @@ def test_priority_smallint_bounds_accepted(priority: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("options", "match"),
+    ("fields", "match"),
     [
-        (pgqueue.JobOptions(run_at=T0, run_in=timedelta(seconds=1)), "either run_at or run_in"),
-        (pgqueue.JobOptions(run_at=datetime(2030, 1, 1)), "timezone-aware"),
-        (pgqueue.JobOptions(run_in=timedelta(seconds=-1)), "run_in"),
-        (pgqueue.JobOptions(run_in=5), "run_in must be a datetime.timedelta"),  # type: ignore[arg-type]
-        (pgqueue.JobOptions(run_at="2030-01-01T00:00:00Z"), "run_at must be a datetime"),  # type: ignore[arg-type]
-        (pgqueue.JobOptions(priority=32768), "out of range"),
-        (pgqueue.JobOptions(priority=-32769), "out of range"),
-        (pgqueue.JobOptions(priority=True), "priority must be an int"),
-        (pgqueue.JobOptions(priority=1.0), "priority must be an int"),  # type: ignore[arg-type]
-        (pgqueue.JobOptions(max_attempts=0), "max_attempts"),
-        (pgqueue.JobOptions(max_attempts=-3), "max_attempts"),
-        (pgqueue.JobOptions(max_attempts=True), "max_attempts"),
-        (pgqueue.JobOptions(job_id=""), "job_id must be a non-empty string"),
-        (pgqueue.JobOptions(job_id="x" * 256), "job_id"),
-        (pgqueue.JobOptions(job_id="a\x00b"), "job_id"),
-        (pgqueue.JobOptions(timeout=timedelta(0)), "timeout"),
-        (pgqueue.JobOptions(timeout=timedelta(seconds=-1)), "timeout"),
-        (pgqueue.JobOptions(unique=timedelta(0)), "unique"),
+        ({"run_at": T0, "run_in": timedelta(seconds=1)}, "either run_at or run_in"),
+        ({"run_at": datetime(2030, 1, 1)}, "timezone-aware"),
+        ({"run_in": timedelta(seconds=-1)}, "run_in"),
+        ({"run_in": 5}, "run_in must be a datetime.timedelta"),
+        ({"run_at": "2030-01-01T00:00:00Z"}, "run_at must be a datetime"),
+        ({"priority": 32768}, "out of range"),
+        ({"priority": -32769}, "out of range"),
+        ({"priority": True}, "priority must be an int"),
+        ({"priority": 1.0}, "priority must be an int"),
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"max_attempts": -3}, "max_attempts"),
+        ({"max_attempts": True}, "max_attempts"),
+        ({"job_id": ""}, "job_id must be a non-empty string"),
+        ({"job_id": "x" * 256}, "job_id"),
+        ({"job_id": "a\x00b"}, "job_id must not contain a NUL"),
+        ({"job_id": "a\ud800b"}, "job_id must be valid Unicode text: it holds a lone surrogate"),
+        ({"job_id": 7}, "job_id must be a non-empty string"),
+        ({"timeout": timedelta(0)}, "timeout"),
+        ({"timeout": timedelta(seconds=-1)}, "timeout"),
+        ({"unique": timedelta(0)}, "unique"),
+        ({"unique": 60}, "unique must be a datetime.timedelta"),
+        ({"retry_backoff": timedelta(seconds=-1)}, "retry_backoff"),
+        ({"retry_backoff_max": timedelta(0)}, "retry_backoff_max"),
+        ({"queue": ""}, "invalid queue name"),
     ],
     ids=lambda value: value if isinstance(value, str) else None,
 )
-def test_invalid_options_raise(options: pgqueue.JobOptions, match: str) -> None:
+def test_invalid_options_raise_where_they_are_built(fields: dict[str, Any], match: str) -> None:
+    # One error type for every bad option, raised by the JobOptions(...) that holds it (and so
+    # by add_job's keywords, which build one), not later at enqueue.
     with pytest.raises(pgqueue.InvalidJobOptions, match=match):
-        options.resolve()
+        pgqueue.JobOptions(**fields)
 
 
 def test_invalid_job_options_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="max_attempts"):
-        pgqueue.JobOptions(max_attempts=0).resolve()
+        pgqueue.JobOptions(max_attempts=0)
 
 
-def test_empty_queue_raises_invalid_name() -> None:
-    with pytest.raises(pgqueue.InvalidName, match="queue"):
-        pgqueue.JobOptions(queue="").resolve()
-    # merging a blank queue over a good one does not silently keep the good one
-    with pytest.raises(pgqueue.InvalidName):
-        pgqueue.JobOptions(queue="good").merged_with(pgqueue.JobOptions(queue="")).resolve()
+def test_bad_queue_option_is_both_invalid_options_and_invalid_name() -> None:
+    with pytest.raises(pgqueue.InvalidQueueName) as caught:
+        pgqueue.JobOptions(queue="")
+    assert isinstance(caught.value, pgqueue.InvalidJobOptions)
+    assert isinstance(caught.value, pgqueue.InvalidName)
+    # merging a blank queue over a good one fails where the blank one is built
+    with pytest.raises(pgqueue.InvalidJobOptions):
+        pgqueue.JobOptions(queue="good").merged_with(pgqueue.JobOptions(queue=""))
 
 
 # -- queue names -------------------------------------------------------------------------------
@@ -197,8 +207,8 @@ def test_valid_queue_names(name: str) -> None:
 def test_invalid_queue_names(name: Any) -> None:
     with pytest.raises(pgqueue.InvalidName, match="invalid queue name"):
         validate_queue(name)
-    with pytest.raises(pgqueue.InvalidName):
-        pgqueue.JobOptions(queue=name).resolve()
+    with pytest.raises(pgqueue.InvalidQueueName, match="invalid queue name"):
+        pgqueue.JobOptions(queue=name)
 
 
 def test_none_is_not_a_queue_name() -> None:

@@ -9,10 +9,8 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal
+from typing import Literal
 
 from typing_extensions import Unpack
 
@@ -32,19 +30,21 @@ from ..errors import (
     DatabaseError,
     DuplicateJob,
     DuplicateJobError,
+    InvalidJobOptions,
     JobIdConflict,
     SchemaNotMigrated,
 )
 from ..jobs import JobHandle, Worker, WorkerRegistry
 from ..options import JobOptionKwargs, JobOptions
 from ..queries import Queries, queries_for
+from ..records import JobInfo
 from ..runtime_config import RuntimeConfig
 from ..settings import Settings
 from .driver import AsyncDriver, AsyncSupportsCopy
 from .runtime import AsyncRuntime
 from .schema import schema_migrate, schema_version
 
-__all__ = ["AsyncClient", "JobInfo"]
+__all__ = ["AsyncClient"]
 
 # Rows per job_insert_many statement: large enough to amortise the round trip, small enough to
 # keep the arrays of one statement to a few MB.
@@ -61,33 +61,21 @@ OnConflict = Literal["raise", "ignore"]
 
 def _check_on_conflict(value: str) -> None:
     if value not in ("raise", "ignore"):
-        raise ConfigurationError(f"on_conflict must be 'raise' or 'ignore', got {value!r}")
+        raise InvalidJobOptions(f"on_conflict must be 'raise' or 'ignore', got {value!r}")
+
+
+class _Refused(Exception):
+    """Raised inside a keyed insert's transaction to roll it back: the job is a duplicate."""
+
+    def __init__(self, conflict: str) -> None:
+        super().__init__(conflict)
+        self.conflict = conflict
 
 
 def _conflict(error: DuplicateJobError, existing: JobHandle | None, on_conflict: str) -> JobHandle:
     if existing is not None and on_conflict in ("ignore", "report"):
         return existing
     raise error
-
-
-@dataclass(frozen=True)
-class JobInfo:
-    """A job's row as :meth:`AsyncClient.get_job` reads it."""
-
-    id: int
-    kind: str
-    queue: str
-    payload: dict[str, Any]
-    status: str
-    priority: int
-    attempts: int
-    max_attempts: int
-    created_at: datetime
-    scheduled_for: datetime
-    finished_at: datetime | None
-    last_error: str | None
-    errors: list[dict[str, Any]]
-    job_id: str | None
 
 
 class AsyncClient:
@@ -268,6 +256,7 @@ class AsyncClient:
             last_error=r[11],
             errors=json.loads(r[12]),
             job_id=r[13],
+            duration=r[14],
         )
 
     async def job_counts(self) -> dict[str, int]:
@@ -299,8 +288,7 @@ class AsyncClient:
         _check_on_conflict(on_conflict)
         prepared = self._prepare(job, call_options(options, option_kwargs))
         if prepared.keyed:
-            async with self.driver.with_tx() as tx:
-                return await self._insert_keyed(tx, prepared, on_conflict)
+            return await self._insert_keyed(self.driver, prepared, on_conflict)
         return (await self._insert(self.driver, [prepared]))[0]
 
     async def add_job_with_tx(
@@ -347,11 +335,17 @@ class AsyncClient:
     async def add_jobs_with_tx(
         self, tx: object, jobs: Iterable[JobSpec], *, options: JobOptions | None = None
     ) -> list[JobHandle]:
-        """Enqueue many jobs inside the caller's transaction ``tx`` (like add_job_with_tx)."""
+        """Enqueue many jobs inside the caller's transaction ``tx`` (like add_job_with_tx).
+
+        All or nothing: when the jobs take several statements they run in a savepoint (or, on
+        a connection in autocommit mode outside a transaction, in a transaction of their own),
+        so a failure part-way leaves none of them in ``tx``.
+        """
         prepared = self._prepare_many(jobs, options)
         driver = self._tx_driver(tx)
         if any(job.keyed for job in prepared):
-            return await self._insert_mixed(driver, prepared)
+            async with driver.with_tx() as savepoint:
+                return await self._insert_mixed(savepoint, prepared)
         return await self._insert(driver, prepared)
 
     async def _insert_mixed(
@@ -373,45 +367,61 @@ class AsyncClient:
     async def _insert_keyed(
         self, driver: AsyncDriver, job: PreparedJob, on_conflict: str
     ) -> JobHandle:
-        # Runs inside a transaction. No statement here fails on a duplicate (ON CONFLICT), so a
-        # refused job leaves the caller's transaction usable: the job row is simply not there,
-        # or deleted again when its unique lock is held by another job.
+        # The job insert and its unique lock run in one transaction: ours (add_job), or a
+        # savepoint of the caller's (add_job_with_tx); on an autocommit connection outside any
+        # transaction, a transaction of its own, so a refused duplicate is never, even for a
+        # moment, a committed job that a worker could run. A refusal rolls that back: the
+        # caller's transaction stays usable.
         q = self._queries
         try:
-            rows = await driver.query(
-                q.job_insert_keyed, (*job.params(), self.settings.channel, job.unique_key)
-            )
-            if not rows:
-                existing = await self._existing(driver, q.job_by_key, job.key, "job_id")
-                error: DuplicateJobError = JobIdConflict(
-                    f"a job with job_id {job.key!r} already exists: a job id stays taken until "
-                    "retention removes the finished job. Choose another job_id, or pass "
-                    "on_conflict='ignore' to get the existing job",
-                    existing,
+            async with driver.with_tx() as tx:
+                rows = await tx.query(
+                    q.job_insert_keyed, (*job.params(), self.settings.channel, job.unique_key)
                 )
-                return _conflict(error, existing, on_conflict)
-            job_id, scheduled_for = rows[0][0], rows[0][1]
-            if job.unique_key is not None:
-                taken = await driver.query(
-                    q.unique_lock_take, (job.unique_key, job_id, job.unique_seconds)
-                )
-                if not taken:
-                    await driver.exec(q.job_delete, (job_id,))
-                    existing = await self._existing(
-                        driver, q.job_by_unique_key, job.unique_key, "unique"
+                if not rows:
+                    raise _Refused("job_id")
+                job_id, scheduled_for = rows[0][0], rows[0][1]
+                if job.unique_key is not None:
+                    taken = await tx.query(
+                        q.unique_lock_take, (job.unique_key, job_id, job.unique_seconds)
                     )
-                    error = DuplicateJob(
-                        f"an identical {job.kind!r} job (same queue, kind and arguments) holds "
-                        "its unique lock until it completes or the lock expires. Pass "
-                        "on_conflict='ignore' to get the existing job",
-                        existing,
-                    )
-                    return _conflict(error, existing, on_conflict)
+                    if not taken:
+                        raise _Refused("unique")
+        except _Refused as refused:
+            return await self._refuse(driver, job, refused.conflict, on_conflict)
         except DatabaseError as exc:
             raise self._translate(exc) from exc
         return JobHandle(
             id=job_id, kind=job.kind, queue=job.queue, scheduled_for=scheduled_for, job_id=job.key
         )
+
+    async def _refuse(
+        self, driver: AsyncDriver, job: PreparedJob, conflict: str, on_conflict: str
+    ) -> JobHandle:
+        q = self._queries
+        error: DuplicateJobError
+        try:
+            if conflict == "job_id":
+                existing = await self._existing(driver, q.job_by_key, job.key, conflict)
+                error = JobIdConflict(
+                    f"a job with job_id {job.key!r} already exists: a job id stays taken until "
+                    "retention removes the finished job. Choose another job_id, or pass "
+                    "on_conflict='ignore' to get the existing job",
+                    existing,
+                )
+            else:
+                existing = await self._existing(
+                    driver, q.job_by_unique_key, job.unique_key, conflict
+                )
+                error = DuplicateJob(
+                    f"an identical {job.kind!r} job (same queue, kind and arguments) holds "
+                    "its unique lock until it completes or the lock expires. Pass "
+                    "on_conflict='ignore' to get the existing job",
+                    existing,
+                )
+        except DatabaseError as exc:
+            raise self._translate(exc) from exc
+        return _conflict(error, existing, on_conflict)
 
     async def _existing(
         self, driver: AsyncDriver, query: str, key: str | None, conflict: str

@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import Future
 from typing import Any
 
 from .._sync.compat import JobPool as _ThreadPool
-from ..execution import ProcessStopped, ProcessTimeout, is_coroutine_function
+from ..execution import (
+    OVERRUN_GRACE,
+    ProcessStopped,
+    ProcessTimeout,
+    Running,
+    StuckRuns,
+    is_coroutine_function,
+    signal_stop,
+)
 
 __all__ = [
     "Event",
@@ -105,48 +113,83 @@ def _in_own_thread(fn: Callable[..., Any], arg: Any) -> Future[Any]:
     return future
 
 
+def _consume(future: asyncio.Future[Any] | Future[Any]) -> None:
+    # Read a finished run's exception, which nobody awaits, so asyncio does not log it as
+    # "never retrieved".
+    if not future.cancelled():
+        future.exception()
+
+
+def _report_stuck(future: asyncio.Future[Any] | Future[Any], end: Callable[[], None]) -> None:
+    """Call ``end`` once the stuck run behind ``future`` finishes (from its thread, maybe)."""
+
+    def done(finished: Any) -> None:
+        _consume(finished)
+        end()
+
+    future.add_done_callback(done)
+
+
 async def call_process(
     pool: JobPool,
+    running: Running,
     fn: Callable[..., Any],
     arg: Any,
-    timeout: float | None,
-    started: Callable[[Any], None],
+    stuck: StuckRuns,
 ) -> None:
     """Run a job's ``process`` (``fn(arg)``): a coroutine on this task, a sync one in a thread.
 
-    ``started`` receives the task to cancel to cut the job off (and ``None`` once ``process``
-    is over, so that a late cut-off cannot hit what follows). Raises :class:`ProcessTimeout`
-    after ``timeout`` seconds, :class:`ProcessStopped` when cut off, or whatever ``process``
-    raised.
+    While it runs, ``running.inner`` is what to cancel to cut it off. Raises
+    :class:`ProcessStopped` when cut off, :class:`ProcessTimeout` once the job's timeout has
+    passed (whatever ``process`` does after that), or whatever ``process`` raised.
     """
-    # The coroutine runs on the calling task rather than a task of its own: one task and one
-    # wait fewer per job, which is most of the runtime's own cost for a short job.
-    task = asyncio.current_task()
-    if is_coroutine_function(fn):
-        work: Awaitable[Any] = fn(arg)
-    elif timeout is None:
-        work = pool.run_sync(fn, arg)
-    else:
-        # a thread of its own: if it overruns it is abandoned without holding a pool thread
-        work = asyncio.wrap_future(_in_own_thread(fn, arg))
-    started(task)
-    try:
-        if timeout is None:
+    timeout = running.job.timeout
+    if timeout is None:
+        # The coroutine runs on the calling task rather than a task of its own: one task and
+        # one wait fewer per job, which is most of the runtime's own cost for a short job.
+        task = asyncio.current_task()
+        work = fn(arg) if is_coroutine_function(fn) else pool.run_sync(fn, arg)
+        running.inner = task
+        try:
             await work
-        else:
-            scope = asyncio.timeout(timeout)
-            try:
-                async with scope:
-                    await work
-            except TimeoutError:
-                if scope.expired():
-                    raise ProcessTimeout from None
-                raise
+        except asyncio.CancelledError:
+            # Cut off by the runtime (or the job cancelled itself): the task carries on to
+            # record the outcome, so the cancellation request is withdrawn.
+            if task is not None and task.cancelling():
+                task.uncancel()
+            raise ProcessStopped from None
+        finally:
+            running.inner = None
+        return
+    # With a timeout the work runs apart from this task (a task, or a thread of its own), so
+    # that an overrun frees the job's slot even when its code ignores the cancellation.
+    thread: Future[Any] | None = None
+    if is_coroutine_function(fn):
+        inner: asyncio.Future[Any] = asyncio.ensure_future(fn(arg))
+    else:
+        thread = _in_own_thread(fn, arg)
+        inner = asyncio.wrap_future(thread)
+    running.inner = inner
+    try:
+        await asyncio.wait({inner}, timeout=timeout)
+        if not inner.done():
+            signal_stop(running, "timeout")
+            if thread is None:
+                # a coroutine gets a moment to unwind from its CancelledError
+                await asyncio.wait({inner}, timeout=OVERRUN_GRACE)
+            if thread is not None and not thread.done():
+                _report_stuck(thread, stuck.add(running.job))
+            elif thread is None and not inner.done():
+                _report_stuck(inner, stuck.add(running.job))
+            if inner.done():
+                _consume(inner)
+            raise ProcessTimeout
     except asyncio.CancelledError:
-        # Cut off by the runtime (or the job cancelled itself): the task carries on to record
-        # the outcome, so the cancellation request is withdrawn.
-        if task is not None and task.cancelling():
-            task.uncancel()
-        raise ProcessStopped from None
+        # this task itself was cancelled (not the runtime's way): take the job's run with it
+        inner.cancel()
+        raise
     finally:
-        started(None)
+        running.inner = None
+    if inner.cancelled():
+        raise ProcessStopped
+    inner.result()  # raises what process() raised

@@ -14,7 +14,15 @@ from concurrent.futures import Future
 from concurrent.futures import wait as _wait_futures
 from typing import Any
 
-from ..execution import ProcessStopped, ProcessTimeout, is_coroutine_function
+from ..execution import (
+    OVERRUN_GRACE,
+    ProcessStopped,
+    ProcessTimeout,
+    Running,
+    StuckRuns,
+    is_coroutine_function,
+    signal_stop,
+)
 
 __all__ = [
     "Event",
@@ -127,20 +135,22 @@ async def _run_cancellable(fn: Callable[..., Any], ctx: Any) -> None:
 
 def call_process(
     pool: JobPool,
+    running: Running,
     fn: Callable[..., Any],
     arg: Any,
-    timeout: float | None,
-    started: Callable[[Any], None],
+    stuck: StuckRuns,
 ) -> None:
     """Run a job's ``process`` (``fn(arg)``) on this thread; a coroutine gets its own loop.
 
-    With a ``timeout``, the call runs in a helper thread that is abandoned (and its job's
-    context signalled by the runtime) when it overruns: :class:`ProcessTimeout` is raised.
+    With a timeout, the call runs in a helper thread that is abandoned (its job's context
+    signalled; a coroutine first gets ``OVERRUN_GRACE`` to unwind) when it overruns:
+    :class:`ProcessTimeout` is raised, whatever ``process`` does after that.
     """
-    started(None)
+    timeout = running.job.timeout
+    coroutine = is_coroutine_function(fn)
 
     def target() -> None:
-        if is_coroutine_function(fn):
+        if coroutine:
             asyncio.run(_run_cancellable(fn, arg))
         else:
             fn(arg)
@@ -149,16 +159,32 @@ def call_process(
         target()
         return
     failure: list[BaseException] = []
+    lock = threading.Lock()
+    ended = False
+    on_end: Callable[[], None] | None = None
 
     def guarded() -> None:
+        nonlocal ended
         try:
             target()
         except BaseException as exc:
             failure.append(exc)
+        finally:
+            with lock:
+                ended = True
+                end = on_end
+            if end is not None:
+                end()
 
     helper = spawn(guarded, name=f"{threading.current_thread().name}-timed")
     helper.join(timeout)
     if helper.is_alive():
+        signal_stop(running, "timeout")
+        if coroutine:
+            helper.join(OVERRUN_GRACE)
+        with lock:
+            if not ended:
+                on_end = stuck.add(running.job)
         raise ProcessTimeout
     if failure:
         raise failure[0]

@@ -23,22 +23,27 @@ import logging
 import os
 import random
 import socket
+import time
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError, ConnectionLost, DatabaseError, SchemaNotMigrated
 from ..execution import (
-    CancelFlag,
     ClaimedJob,
     Outcome,
-    ProcessTimeout,
+    Running,
+    StuckRuns,
     finish_params,
     is_coroutine_function,
+    is_data_refusal,
+    log_outcome,
     outcome_for_bad_payload,
     outcome_for_error,
+    outcome_unrecordable,
+    outcome_unrunnable,
     parse_claimed,
+    signal_stop,
     split_claim_rows,
 )
 from ..jobs import WorkerRegistry
@@ -67,15 +72,8 @@ _FLUSH_RETRY = 0.1
 
 
 _RunKey = tuple[int, Any]  # (job id, lease)
-
-
-@dataclass
-class _Running:
-    job: ClaimedJob
-    cancel: CancelFlag = field(default_factory=CancelFlag)
-    handle: Any = None  # from JobPool.submit
-    inner: Any = None  # what to cancel to cut process() off (the job's task), while it runs
-    is_coroutine: bool = False
+# A kind found waiting with no worker for it is warned about again after this many checks.
+_UNKNOWN_KIND_REWARN = 10
 
 
 class Runtime:
@@ -112,7 +110,11 @@ class Runtime:
             socket.gethostname(),
             os.getpid(),
             json.dumps(self.queues),
+            self._kinds,
         )
+        self._stuck = StuckRuns()
+        # (queue, kind) of waiting jobs no live worker runs -> when last warned (monotonic)
+        self._unknown_warned: dict[tuple[str, str], float] = {}
         self._stopping = Event()
         self._stopped = Event()
         self._immediate = False
@@ -123,7 +125,7 @@ class Runtime:
         # job came back to this process while the old run went on. Only the newest lease's
         # outcome can be recorded, and each run must report its own.
         self._active: dict[str, set[_RunKey]] = {name: set() for name in self.queues}
-        self._running: dict[_RunKey, _Running] = {}
+        self._running: dict[_RunKey, Running] = {}
         # outcomes waiting for the flusher; appended from job tasks (threads on the sync side)
         self._outbox: list[tuple[ClaimedJob, Outcome]] = []
         self._outbox_wake = Event()
@@ -147,15 +149,26 @@ class Runtime:
         """How many jobs this instance is running now."""
         return len(self._running)
 
+    @property
+    def stuck_jobs(self) -> int:
+        """How many runs overran their timeout, ignored cancellation, and still run.
+
+        Their attempts are recorded as timed out and their slots are free; their code goes on
+        (a thread, or a coroutine that swallowed its ``CancelledError``). Each is logged with
+        its job id when it gets stuck and when it ends.
+        """
+        return len(self._stuck)
+
     def start(self) -> None:
         """Register this instance and start the loops."""
         try:
             self.driver.exec(self._q.instance_register, self._identity)
         except DatabaseError as exc:
-            if exc.sqlstate == "42P01":  # undefined_table
+            if exc.sqlstate in ("42P01", "42703"):  # undefined_table, undefined_column
                 raise SchemaNotMigrated(
-                    f"pgqueue's tables are missing in schema {self.settings.schema!r}: run "
-                    "client.migrate() or `pgqueue migrate` (or `pgqueue worker --migrate`) first",
+                    f"pgqueue's tables in schema {self.settings.schema!r} are missing or older "
+                    "than this version of pgqueue: run client.migrate() or `pgqueue migrate` "
+                    "(or `pgqueue worker --migrate`) first",
                     exc.sqlstate,
                 ) from exc
             raise
@@ -215,7 +228,7 @@ class Runtime:
             remaining -= step
         cut_off = list(self._running.values())
         for running in cut_off:
-            self._signal_stop(running, "shutdown")
+            signal_stop(running, "shutdown")
         if cut_off:
             logger.warning("stop: cutting off %d running job(s)", len(cut_off))
             wait_all(
@@ -312,7 +325,7 @@ class Runtime:
 
     def _launch(self, job: ClaimedJob) -> None:
         assert self._pool is not None
-        running = _Running(job)
+        running = Running(job)
         key = (job.id, job.lease)
         self._running[key] = running
         self._active[job.queue].add(key)
@@ -320,31 +333,15 @@ class Runtime:
 
     # -- running a job --------------------------------------------------------------------
 
-    def _execute(self, running: _Running) -> None:
+    def _execute(self, running: Running) -> None:
         job = running.job
         outcome = Outcome("release")  # if this task itself dies, hand the job back
         try:
             try:
-                worker = self.registry.build(job.kind, json.loads(job.payload_text))
-            except Exception as exc:
-                outcome = outcome_for_bad_payload(job, exc)
-            else:
-                ctx = job.context(running.cancel)
-
-                def started(inner: Any) -> None:
-                    running.inner = inner
-
-                running.is_coroutine = is_coroutine_function(worker.process)
-                assert self._pool is not None
-                try:
-                    call_process(self._pool, worker.process, ctx, job.timeout, started)
-                    outcome = Outcome("complete")
-                except ProcessTimeout as exc:
-                    self._signal_stop(running, "timeout")
-                    outcome = outcome_for_error(job, exc, self.config)
-                except Exception as exc:
-                    outcome = outcome_for_error(job, exc, self.config)
-            _log_outcome(job, outcome)
+                outcome = self._run(running)
+            except Exception as exc:  # describing the job's error failed, say: still charged
+                outcome = outcome_for_error(job, exc, self.config)
+            log_outcome(job, outcome)
         finally:
             # Only while the job is still in _running: a shutdown that gave up on it has
             # already handed it back, and a late outcome must not follow.
@@ -354,13 +351,27 @@ class Runtime:
                 self._finish(job, outcome)
                 self._wake[job.queue].set()
 
-    def _signal_stop(self, running: _Running, reason: str) -> None:
-        """Tell a running job to stop: its context's flag, and for coroutines a cancellation."""
-        if running.job.stop_reason is None:
-            running.job.stop_reason = reason
-        running.cancel.set()
-        # A thread cannot be interrupted, so a sync job asked to cancel is only signalled;
-        # shutdown and timeouts abandon it (its result is ignored).
+    def _run(self, running: Running) -> Outcome:
+        """Run one claimed job's ``process`` and return how it ended."""
+        job = running.job
+        refused = outcome_unrunnable(job)
+        if refused is not None:
+            return refused
+        try:
+            worker = self.registry.build(job.kind, json.loads(job.payload_text))
+        except Exception as exc:
+            return outcome_for_bad_payload(job, exc)
+        ctx = job.context(running.cancel)
+        running.is_coroutine = is_coroutine_function(worker.process)
+        assert self._pool is not None
+        started = time.monotonic()
+        try:
+            call_process(self._pool, running, worker.process, ctx, self._stuck)
+        except Exception as exc:
+            job.duration = time.monotonic() - started
+            return outcome_for_error(job, exc, self.config)
+        job.duration = time.monotonic() - started
+        return Outcome("complete")
 
     # -- recording outcomes ---------------------------------------------------------------
 
@@ -390,16 +401,74 @@ class Runtime:
             wait_event(self._outbox_wake, None)
 
     def _flush_outbox(self) -> bool:
-        """Write up to _FLUSH_MAX outcomes in one statement; False (and kept) if it failed."""
+        """Write up to _FLUSH_MAX outcomes in one statement; False (and kept) if it failed.
+
+        When the database refuses the batch for what one outcome carries, the outcomes are
+        written one by one, and one that is refused on its own is replaced by a plain failure:
+        one job's bad outcome never holds back the others'.
+        """
         # Single consumer: job tasks (threads) only append, so the first items stay put.
         batch = self._outbox[:_FLUSH_MAX]
         del self._outbox[: len(batch)]
         try:
             rows = self.driver.query(self._q.job_finish_many, finish_params(batch))
-        except DatabaseError as exc:
+        except Exception as exc:
+            if is_data_refusal(exc):
+                if len(batch) > 1:
+                    logger.warning(
+                        "the database refused a batch of %d job outcomes (%s); writing them "
+                        "one by one",
+                        len(batch),
+                        exc,
+                    )
+                return self._flush_singly(batch)
             logger.warning("could not record how %d job(s) ended (%s); will retry", len(batch), exc)
             self._outbox[:0] = batch
             return False
+        self._check_written(batch, rows)
+        return True
+
+    def _flush_singly(self, batch: list[tuple[ClaimedJob, Outcome]]) -> bool:
+        """Write outcomes one statement each; False (the rest kept) on a passing failure."""
+        for i, (job, outcome) in enumerate(batch):
+            item = [(job, outcome)]
+            try:
+                rows = self.driver.query(self._q.job_finish_many, finish_params(item))
+            except Exception as exc:
+                if not is_data_refusal(exc):
+                    logger.warning(
+                        "could not record how %d job(s) ended (%s); will retry",
+                        len(batch) - i,
+                        exc,
+                    )
+                    self._outbox[:0] = batch[i:]
+                    return False
+                logger.error(
+                    "job %s (%s): the database refused its outcome (%s): %s; recording it as "
+                    "failed instead",
+                    job.id,
+                    job.kind,
+                    outcome.action,
+                    exc,
+                )
+                item = [(job, outcome_unrecordable(job, exc))]
+                try:
+                    rows = self.driver.query(self._q.job_finish_many, finish_params(item))
+                except Exception as again:
+                    if not is_data_refusal(again):
+                        self._outbox[:0] = [item[0], *batch[i + 1 :]]
+                        return False
+                    logger.error(
+                        "job %s: not even its failure could be recorded (%s); it stays "
+                        "'processing' until this process stops and its jobs are rescued",
+                        job.id,
+                        again,
+                    )
+                    continue
+            self._check_written(item, rows)
+        return True
+
+    def _check_written(self, batch: Sequence[tuple[ClaimedJob, Outcome]], rows: list[Any]) -> None:
         if len(rows) < len(batch):
             written = {row[0] for row in rows}
             for job, outcome in batch:
@@ -410,7 +479,6 @@ class Runtime:
                         job.id,
                         outcome.action,
                     )
-        return True
 
     # -- wake-up --------------------------------------------------------------------------
 
@@ -445,23 +513,53 @@ class Runtime:
                 wake.set()
         elif payload.startswith("c:") and payload[2:].isdigit():
             for running in self._runs_of(int(payload[2:])):
-                self._signal_stop(running, "cancel")
+                signal_stop(running, "cancel")
 
-    def _runs_of(self, job_id: int) -> list[_Running]:
+    def _runs_of(self, job_id: int) -> list[Running]:
         # a copy: job tasks (threads on the sync side) remove their runs meanwhile
         return [r for (i, _), r in list(self._running.items()) if i == job_id]
 
     # -- heartbeat and leadership ---------------------------------------------------------
 
     def _heartbeat_loop(self) -> None:
+        next_kind_check = 0.0  # at the first beat
         while not wait_event(self._stopping, self.config.heartbeat_interval):
             try:
                 rows = self.driver.query(self._q.instance_heartbeat, self._identity)
                 for (job_id,) in rows:
                     for running in self._runs_of(job_id):
-                        self._signal_stop(running, "cancel")
+                        signal_stop(running, "cancel")
+                if time.monotonic() >= next_kind_check:
+                    next_kind_check = time.monotonic() + self.config.unknown_kind_interval
+                    self._check_unknown_kinds()
             except DatabaseError as exc:
                 logger.warning("heartbeat failed: %s", exc)
+
+    def _check_unknown_kinds(self) -> None:
+        """Warn about due jobs of our queues whose kind no live worker runs.
+
+        They would wait silently for a worker that knows their kind. Each (queue, kind) is
+        warned about when first found, then every _UNKNOWN_KIND_REWARN checks while it waits.
+        """
+        rows = self.driver.query(self._q.job_unknown_kinds, (list(self.queues), self._kinds))
+        now = time.monotonic()
+        again = self.config.unknown_kind_interval * _UNKNOWN_KIND_REWARN
+        found = set()
+        for queue, kind, count in rows:
+            found.add((queue, kind))
+            last = self._unknown_warned.get((queue, kind))
+            if last is not None and now - last < again:
+                continue
+            self._unknown_warned[(queue, kind)] = now
+            logger.warning(
+                "%d due job(s) of kind %r wait in queue %r, and no running worker registers "
+                "that kind: start a worker whose registry has it (or cancel the jobs)",
+                count,
+                kind,
+                queue,
+            )
+        for key in set(self._unknown_warned) - found:
+            del self._unknown_warned[key]
 
     def _leader_loop(self) -> None:
         while not self._stopping.is_set():
@@ -517,18 +615,3 @@ class Runtime:
             lock.release()
             with contextlib.suppress(DatabaseError):
                 self.driver.exec(self._q.instance_resign, (self.instance_id,))
-
-
-def _log_outcome(job: ClaimedJob, outcome: Outcome) -> None:
-    if outcome.action in ("retry", "fail"):
-        logger.warning(
-            "job %s (%s) attempt %d/%d failed: %s%s",
-            job.id,
-            job.kind,
-            job.attempt,
-            job.max_attempts,
-            outcome.message,
-            f"; retrying in {outcome.delay:.1f}s" if outcome.action == "retry" else "; giving up",
-        )
-    elif outcome.action == "cancel":
-        logger.info("job %s (%s) cancelled: %s", job.id, job.kind, outcome.message)

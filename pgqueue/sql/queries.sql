@@ -67,19 +67,17 @@ SELECT ins.id, ins.scheduled_for, pg_notify($10, 'q:' || ins.queue)::text
 FROM ins;
 
 -- name: unique_lock_take
--- Lock unique key $1 for job $2 until $3 seconds after the job is due; an expired lock is taken
--- over. No row: another job holds it (a concurrent holder is waited for, then re-checked).
+-- Lock unique key $1 for job $2 until $3 seconds after the job is due (a due time in the past
+-- means due now, so the ttl counts from now); an expired lock is taken over. No row: another
+-- job holds it (a concurrent holder is waited for, then re-checked).
 INSERT INTO {{schema}}.{{unique_locks}} AS u (unique_key, job_id, expires_at)
-SELECT $1, j.id, j.scheduled_for + $3::float8 * interval '1 second'
+SELECT $1, j.id, greatest(j.scheduled_for, now()) + $3::float8 * interval '1 second'
 FROM {{schema}}.{{jobs}} j
 WHERE j.id = $2
 ON CONFLICT (unique_key) DO UPDATE
 SET job_id = EXCLUDED.job_id, expires_at = EXCLUDED.expires_at
 WHERE u.expires_at <= now()
 RETURNING job_id;
-
--- name: job_delete
-DELETE FROM {{schema}}.{{jobs}} WHERE id = $1;
 
 -- name: job_by_key
 SELECT id, kind, queue, scheduled_for, key FROM {{schema}}.{{jobs}} WHERE key = $1;
@@ -157,13 +155,13 @@ WITH durability AS MATERIALIZED (
     -- that LIMIT $3 means 10 % of the table, which made a join hash the whole table.
     WHERE j.id = ANY(ARRAY(SELECT id FROM next))
     RETURNING j.id, j.kind, j.payload::text AS payload, j.attempts, j.max_attempts,
-        j.scheduled_for, j.options::text AS options, j.priority
+        j.scheduled_for, j.options::text AS options, j.priority, j.key
 )
-SELECT id, kind, payload, attempts, max_attempts, scheduled_for, options, priority,
+SELECT id, kind, payload, attempts, max_attempts, scheduled_for, options, priority, key,
     NULL::float8 AS next_due
 FROM claimed
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
     SELECT extract(epoch FROM min(f.scheduled_for) - now())::float8
     FROM {{schema}}.{{jobs}} f
     WHERE f.status = 'pending' AND f.queue = $1 AND f.scheduled_for > now()
@@ -175,7 +173,8 @@ WHERE (SELECT count(*) FROM claimed) < $3;
 -- Record how a batch of jobs ended, in one statement (the runtime collects outcomes and
 -- flushes them together). Per job, as parallel arrays: $1 id, $2 lease, $3 action, $4 status
 -- for an 'error' ('pending' to retry, 'failed', 'cancelled'), $5 delay in seconds (retry,
--- snooze), $6 error message, $7 error history entry (a JSON object; the last 10 are kept).
+-- snooze), $6 error message, $7 error history entry (a JSON object; the last 10 are kept),
+-- $8 how long process() ran, in seconds (NULL when it did not end: the stored value stays).
 -- Actions: 'complete'; 'error' (retry, fail or cancel, with the error recorded); 'snooze'
 -- (Retry(in_=...): run again after the delay, the attempt not counted); 'release' (shutdown
 -- cut the job off: pending again at once without charging the attempt, or cancelled if a
@@ -185,8 +184,9 @@ WHERE (SELECT count(*) FROM claimed) < $3;
 -- alone and missing from the returned ids.
 WITH o AS (
     SELECT * FROM unnest(
-        $1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::float8[], $6::text[], $7::text[]
-    ) AS o(id, lease, action, status, delay, message, error)
+        $1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::float8[], $6::text[], $7::text[],
+        $8::float8[]
+    ) AS o(id, lease, action, status, delay, message, error, duration)
 )
 UPDATE {{schema}}.{{jobs}} AS j
 SET status = CASE o.action
@@ -218,6 +218,7 @@ SET status = CASE o.action
             LIMIT 10
         ) e
     ) ELSE j.errors END,
+    duration = coalesce(o.duration, j.duration),
     lease_token = NULL,
     instance_id = CASE WHEN o.action = 'release' THEN NULL ELSE j.instance_id END,
     worker_id = CASE WHEN o.action = 'release' THEN NULL ELSE j.worker_id END,
@@ -271,7 +272,7 @@ SELECT was, CASE WHEN was = 'processing' THEN pg_notify($2, 'c:' || id) END::tex
 
 -- name: job_get
 SELECT id, kind, queue, payload::text, status, priority, attempts, max_attempts, created_at,
-    scheduled_for, finished_at, last_error, errors::text, key
+    scheduled_for, finished_at, last_error, errors::text, key, duration
 FROM {{schema}}.{{jobs}}
 WHERE id = $1;
 
@@ -279,16 +280,18 @@ WHERE id = $1;
 SELECT status, count(*) FROM {{schema}}.{{jobs}} GROUP BY status;
 
 -- name: instance_register
-INSERT INTO {{schema}}.{{instances}} (instance_id, hostname, pid, queues)
-VALUES ($1, $2, $3, $4::jsonb)
-ON CONFLICT (instance_id) DO UPDATE SET heartbeat_at = now(), queues = EXCLUDED.queues;
+-- $5: the kinds this instance runs (the unknown-kind check of other instances reads them).
+INSERT INTO {{schema}}.{{instances}} (instance_id, hostname, pid, queues, kinds)
+VALUES ($1, $2, $3, $4::jsonb, $5::text[])
+ON CONFLICT (instance_id) DO UPDATE
+SET heartbeat_at = now(), queues = EXCLUDED.queues, kinds = EXCLUDED.kinds;
 
 -- name: instance_heartbeat
 -- Refresh our heartbeat (re-creating the row if a leader removed it while we were stalled) and
 -- return the ids of our running jobs that someone asked to cancel.
 WITH beat AS (
-    INSERT INTO {{schema}}.{{instances}} (instance_id, hostname, pid, queues)
-    VALUES ($1, $2, $3, $4::jsonb)
+    INSERT INTO {{schema}}.{{instances}} (instance_id, hostname, pid, queues, kinds)
+    VALUES ($1, $2, $3, $4::jsonb, $5::text[])
     ON CONFLICT (instance_id) DO UPDATE SET heartbeat_at = now()
     RETURNING instance_id
 )
@@ -365,6 +368,21 @@ DELETE FROM {{schema}}.{{unique_locks}}
 WHERE unique_key IN (
     SELECT unique_key FROM {{schema}}.{{unique_locks}} WHERE expires_at < now() LIMIT $1
 );
+
+-- name: job_unknown_kinds
+-- Due jobs of queues $1 whose kind no live instance serving that queue runs: they wait until a
+-- worker that knows the kind starts. $2 are this instance's kinds (skipped at once). An
+-- instance row without kinds (written by an older pgqueue) counts as running every kind.
+SELECT j.queue, j.kind, count(*)
+FROM {{schema}}.{{jobs}} j
+WHERE j.status = 'pending' AND j.queue = ANY($1::text[]) AND j.scheduled_for <= now()
+    AND j.kind <> ALL($2::text[])
+    AND NOT EXISTS (
+        SELECT 1 FROM {{schema}}.{{instances}} i
+        WHERE i.queues ? j.queue AND (i.kinds IS NULL OR j.kind = ANY(i.kinds))
+    )
+GROUP BY j.queue, j.kind
+ORDER BY j.queue, j.kind;
 
 -- name: job_kind_status_counts
 SELECT kind, status, count(*), max(attempts) FROM {{schema}}.{{jobs}}

@@ -8,8 +8,9 @@ from it.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Iterable, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import psycopg
@@ -38,6 +39,8 @@ __all__ = [
     "sync_from_native",
     "sync_wrap_transaction",
 ]
+
+_savepoint_ids = itertools.count(1)
 
 # Where to go with an object of the other side (the sync twin gets the mirror text).
 _OTHER_SIDE = "AsyncClient takes async ones"
@@ -244,12 +247,32 @@ class PsycopgTxDriver(TxDriverBase):
 
     @contextmanager
     def with_tx(self) -> Iterator[PsycopgTxDriver]:
-        """Run the block in a savepoint of the current transaction."""
+        """Run the block in a savepoint of the current transaction.
+
+        On an autocommit connection outside a transaction (where each statement commits on its
+        own) the block runs in a transaction of its own instead, so that it commits as one.
+        """
+        conn = self._conn
+        if conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE:
+            # psycopg's transaction(): a savepoint inside a transaction, else BEGIN ... COMMIT
+            try:
+                with conn.transaction():
+                    yield self
+            except psycopg.Error as exc:
+                raise translate_error(exc) from exc
+            return
+        # Not autocommit, and idle: psycopg's transaction() would open the caller's transaction
+        # and commit it at the end of the block. A savepoint statement makes psycopg open that
+        # transaction implicitly, as any statement does, and leaves it to the caller.
+        name = f"pgqueue_sp_{next(_savepoint_ids)}"
+        _run(conn, f"SAVEPOINT {name}", (), False)
         try:
-            with self._conn.transaction():
-                yield self
-        except psycopg.Error as exc:
-            raise translate_error(exc) from exc
+            yield self
+        except BaseException:
+            with suppress(DatabaseError):  # the block's error says more
+                _run(conn, f"ROLLBACK TO SAVEPOINT {name}", (), False)
+            raise
+        _run(conn, f"RELEASE SAVEPOINT {name}", (), False)
 
 
 class PsycopgListener:

@@ -491,6 +491,21 @@ async def _pool_connection(conn: sa.AsyncConnection) -> PoolProxiedConnection:
     return await conn.get_raw_connection()  # sync: return conn.connection
 
 
+async def _autocommit_outside_transaction(conn: sa.AsyncConnection) -> bool:
+    """Return True if ``conn`` is in AUTOCOMMIT isolation and no transaction is open on it."""
+    try:
+        raw = await _pool_connection(conn)
+    except _DB_ERRORS as exc:
+        raise translate_error(exc) from exc
+    if getattr(raw.dbapi_connection, "autocommit", False) is not True:
+        return False
+    native: Any = raw.driver_connection
+    in_transaction = getattr(native, "is_in_transaction", None)  # asyncpg
+    if in_transaction is not None:
+        return not in_transaction()
+    return int(native.info.transaction_status) == 0  # psycopg: TransactionStatus.IDLE
+
+
 async def _refuse_autocommit(conn: sa.AsyncConnection) -> None:
     """Raise if ``conn`` runs in AUTOCOMMIT isolation, where transactions do not hold."""
     raw = await _pool_connection(conn)
@@ -591,7 +606,23 @@ class AsyncSQLAlchemyTxDriver(AsyncTxDriverBase):
 
     @asynccontextmanager
     async def with_tx(self) -> AsyncIterator[AsyncSQLAlchemyTxDriver]:
-        """Run the block in a savepoint of the current transaction."""
+        """Run the block in a savepoint of the current transaction.
+
+        On a connection in AUTOCOMMIT isolation outside a transaction (each statement commits
+        on its own, and SQLAlchemy sends no BEGIN) the block runs in a transaction of its own
+        instead, so that it commits as one.
+        """
+        conn = await self._connection()
+        if await _autocommit_outside_transaction(conn):
+            await _run(conn, "BEGIN", (), False)
+            try:
+                yield self
+            except BaseException:
+                with suppress(DatabaseError):  # the block's error says more
+                    await _run(conn, "ROLLBACK", (), False)
+                raise
+            await _run(conn, "COMMIT", (), False)
+            return
         try:
             savepoint = await self._source.begin_nested()
         except _DB_ERRORS as exc:

@@ -413,6 +413,21 @@ def _pool_connection(conn: sa.Connection) -> PoolProxiedConnection:
     return conn.connection
 
 
+def _autocommit_outside_transaction(conn: sa.Connection) -> bool:
+    """Return True if ``conn`` is in AUTOCOMMIT isolation and no transaction is open on it."""
+    try:
+        raw = _pool_connection(conn)
+    except _DB_ERRORS as exc:
+        raise translate_error(exc) from exc
+    if getattr(raw.dbapi_connection, "autocommit", False) is not True:
+        return False
+    native: Any = raw.driver_connection
+    in_transaction = getattr(native, "is_in_transaction", None)  # asyncpg
+    if in_transaction is not None:
+        return not in_transaction()
+    return int(native.info.transaction_status) == 0  # psycopg: TransactionStatus.IDLE
+
+
 def _refuse_autocommit(conn: sa.Connection) -> None:
     """Raise if ``conn`` runs in AUTOCOMMIT isolation, where transactions do not hold."""
     raw = _pool_connection(conn)
@@ -489,7 +504,23 @@ class SQLAlchemyTxDriver(TxDriverBase):
 
     @contextmanager
     def with_tx(self) -> Iterator[SQLAlchemyTxDriver]:
-        """Run the block in a savepoint of the current transaction."""
+        """Run the block in a savepoint of the current transaction.
+
+        On a connection in AUTOCOMMIT isolation outside a transaction (each statement commits
+        on its own, and SQLAlchemy sends no BEGIN) the block runs in a transaction of its own
+        instead, so that it commits as one.
+        """
+        conn = self._connection()
+        if _autocommit_outside_transaction(conn):
+            _run(conn, "BEGIN", (), False)
+            try:
+                yield self
+            except BaseException:
+                with suppress(DatabaseError):  # the block's error says more
+                    _run(conn, "ROLLBACK", (), False)
+                raise
+            _run(conn, "COMMIT", (), False)
+            return
         try:
             savepoint = self._source.begin_nested()
         except _DB_ERRORS as exc:

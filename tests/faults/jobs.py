@@ -12,6 +12,8 @@ import asyncio
 import os
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +54,7 @@ def record_start(ctx: pgqueue.JobContext, tag: str) -> int:
         _record(
             "INSERT INTO {schema}.fault_runs (job_id, attempt, pid, tag) "
             "VALUES (%s, %s, %s, %s) RETURNING run_id",
-            (ctx.job_id, ctx.attempt, os.getpid(), tag),
+            (ctx.id, ctx.attempt, os.getpid(), tag),
         )
     )
 
@@ -89,19 +91,42 @@ class Work(pgqueue.Worker):
         record_return(run_id)
 
 
+# Async jobs record their runs on these threads (blocking calls, kept off the event loop). One
+# executor for every loop: the sync runtime runs each coroutine job on a loop of its own, and
+# a loop's default executor would start new threads, with new connections, for every job.
+_RECORDERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fault-recorder")
+
+
+async def _off_loop(fn: Callable[..., Any], *args: Any) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(_RECORDERS, fn, *args)
+
+
 @dataclass
 class AsyncWork(pgqueue.Worker):
-    """An async job: records its run (on a thread) and sleeps on the event loop."""
+    """An async job: records its run (off the loop) and sleeps on the event loop."""
 
     kind = "fault.async_work"
     tag: str = ""
     sleep: float = 0.0
 
     async def process(self, ctx: pgqueue.JobContext) -> None:
-        run_id = await asyncio.to_thread(record_start, ctx, self.tag)
+        run_id = await _off_loop(record_start, ctx, self.tag)
         if self.sleep:
             await asyncio.sleep(self.sleep)
-        await asyncio.to_thread(record_return, run_id)
+        await _off_loop(record_return, run_id)
+
+
+@dataclass
+class AsyncStubborn(pgqueue.Worker):
+    """An async job that ignores its context: it sleeps on the loop until it is cancelled."""
+
+    kind = "fault.async_stubborn"
+    seconds: float = 600.0
+
+    async def process(self, ctx: pgqueue.JobContext) -> None:
+        run_id = await _off_loop(record_start, ctx, "async stubborn")
+        await asyncio.sleep(self.seconds)
+        await _off_loop(record_return, run_id)
 
 
 @dataclass
@@ -128,4 +153,4 @@ class Needs(pgqueue.Worker):
         record_return(record_start(ctx, "needs"))
 
 
-registry = pgqueue.WorkerRegistry(Work, AsyncWork, Stubborn, Needs)
+registry = pgqueue.WorkerRegistry(Work, AsyncWork, Stubborn, AsyncStubborn, Needs)
