@@ -9,11 +9,15 @@ tidies the lines that became shorter.
 
 What it does to each mapped source file (see ``FILE_RULES``):
 
-* drops ``async`` before ``def``/``with``/``for`` and drops every ``await``;
-* renames identifiers: the explicit ``RENAMES`` map first, then ``AsyncFoo`` -> ``Foo``
-  and ``async_foo`` -> ``sync_foo``; the same renames apply, word by word, inside
-  strings, docstrings and comments (where ``await `` and ``async def/with/for`` are
-  dropped too);
+* drops ``async`` before ``def``/``with``/``for`` and drops every ``await`` (in code);
+* renames identifiers in code: the explicit ``RENAMES`` map first, then ``AsyncFoo`` ->
+  ``Foo`` and ``async_foo`` -> ``sync_foo``. A string that is one identifier (an
+  ``__all__`` entry) and the fields of an f-string are code too;
+* never rewrites prose (comments, docstrings, the text of strings): there only the names
+  of asyncio-side code change (``AsyncFoo``, the ``RENAMES``, and names quoted as code in
+  backticks); words such as "await" or "asynchronous" and file paths
+  (``tools/async_to_sync.py``) stay as written. Write prose that is true on both sides;
+* fails when a ``RENAMES`` rule is used by no source (a stale rule hides typos);
 * honours line directives written as comments in the asyncio source:
 
   - ``code  # sync: other code`` - the whole physical line becomes ``other code`` (with
@@ -23,7 +27,8 @@ What it does to each mapped source file (see ``FILE_RULES``):
   - ``# async-only: begin`` ... ``# async-only: end`` (each alone on its line) - the
     lines in between, delimiters included, are dropped;
 
-* prepends a header saying the file is generated, then runs ``ruff format``.
+* prepends a header saying the file is generated, then runs ``ruff format`` (the version
+  pinned in pyproject.toml's ``dev`` extra, so that ``--check`` agrees on every machine).
 
 Usage::
 
@@ -85,22 +90,11 @@ FILE_RULES: Final[tuple[FileRule, ...]] = (
 RENAMES: Final[dict[str, str]] = {
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
-    "__aiter__": "__iter__",
-    "__anext__": "__next__",
-    "aclose": "close",
-    "StopAsyncIteration": "StopIteration",
     "asynccontextmanager": "contextmanager",
     "AbstractAsyncContextManager": "AbstractContextManager",
     "AsyncIterator": "Iterator",
-    "AsyncIterable": "Iterable",
-    "AsyncGenerator": "Generator",
     "_async": "_sync",
-    "aclient": "client",
-    "anext": "next",
-    "aiter": "iter",
-    "adriver": "driver",
     "create_async_engine": "create_engine",
-    "async_sessionmaker": "sessionmaker",
 }
 
 # ``Async`` followed by an uppercase letter: AsyncClient -> Client. Lowercase after the
@@ -111,11 +105,13 @@ _ASYNC_SNAKE_PREFIX: Final = "async_"
 # An identifier-like word inside a string or comment: starts with a letter or underscore
 # and is not glued to a preceding word character (so "x2Async" is one word, untouched).
 _WORD_RE: Final = re.compile(r"\b[^\W\d]\w*")
-# ``await `` in prose/strings. The first letter is captured so that "Await X" becomes "X"
-# with the next character capitalised (sentence starts stay sentence starts).
-_AWAIT_TEXT_RE: Final = re.compile(r"\b(?P<first>[Aa])wait[ \t]+(?P<next>\S?)")
-# ``async `` only where it qualifies def/with/for, same capitalisation treatment.
-_ASYNC_TEXT_RE: Final = re.compile(r"\b(?P<first>[Aa])sync[ \t]+(?P<next>(?:def|with|for)\b)")
+# A string literal that holds one identifier and nothing else (an ``__all__`` entry, a name
+# looked up with getattr) is code, and renamed like code.
+_IDENTIFIER_RE: Final = re.compile(r"[^\W\d]\w*\Z")
+# A string literal: optional prefix letters, then the quotes.
+_STRING_RE: Final = re.compile(
+    r"(?P<prefix>[A-Za-z]*)(?P<quote>\'\'\'|\"\"\"|\'|\")(?P<body>.*)(?P=quote)\Z", re.DOTALL
+)
 
 # Line directives. They are looked for in COMMENT tokens only, so a "#" inside a string
 # can never trigger one.
@@ -148,10 +144,15 @@ class GenerationError(Exception):
     """A source file cannot be turned into its sync twin (bad directive, syntax error...)."""
 
 
+# The RENAMES keys that a run met; a rule no source uses is an error (a stale rule hides typos).
+_used_renames: set[str] = set()
+
+
 def rename_identifier(name: str) -> str:
     """Return the sync spelling of identifier ``name`` (unchanged if no rule applies)."""
     # The explicit map is checked first so that it can override the general rules.
     if name in RENAMES:
+        _used_renames.add(name)
         return RENAMES[name]
     if _ASYNC_PREFIX_RE.match(name):
         return name[len("Async") :]
@@ -161,17 +162,93 @@ def rename_identifier(name: str) -> str:
     return name
 
 
-def _drop_keyword(match: re.Match[str]) -> str:
-    """Replace a matched ``await ``/``async `` by what followed it, keeping capitalisation."""
-    following = match["next"]
-    return following[:1].upper() + following[1:] if match["first"].isupper() else following
+# Code quoted in prose: ``literal``, `literal`, or a :role:`target`.
+_CODE_SPAN_RE: Final = re.compile(r"``[^`]+``|`[^`]+`")
+
+
+def _is_path(text: str, start: int, end: int) -> bool:
+    """Whether the word at ``text[start:end]`` is part of a file path."""
+    return (
+        text[start - 1 : start] == "/" or text[end : end + 1] == "/" or text[end : end + 3] == ".py"
+    )
+
+
+def _rename_prose_word(match: re.Match[str]) -> str:
+    """Rename one word of prose if it names code of the asyncio side, else keep it."""
+    word = match.group()
+    if _is_path(match.string, match.start(), match.end()):
+        return word
+    if word in RENAMES or _ASYNC_PREFIX_RE.match(word):
+        return rename_identifier(word)
+    return word
+
+
+def _rename_quoted_word(match: re.Match[str]) -> str:
+    """Rename one word of quoted code (``async_connect``) as code, unless it is a path."""
+    word = match.group()
+    return word if _is_path(match.string, match.start(), match.end()) else rename_identifier(word)
 
 
 def rename_text(text: str) -> str:
-    """Apply the renames and keyword removals to free text (a string literal or a comment)."""
-    text = _AWAIT_TEXT_RE.sub(_drop_keyword, text)
-    text = _ASYNC_TEXT_RE.sub(_drop_keyword, text)
-    return _WORD_RE.sub(lambda m: rename_identifier(m.group()), text)
+    """Rename the code named in prose (a comment, or the text of a string literal).
+
+    Prose is kept as written: only words that name code of the asyncio side change: names
+    with the ``Async`` prefix (``AsyncClient`` -> ``Client``), the explicit ``RENAMES`` (such
+    as ``_async`` in a dotted module path) and any name quoted as code (``async_connect``).
+    Ordinary words, ``await``/``async`` and file paths stay as written, so write text that
+    reads true on both sides (or use a ``# sync:`` directive).
+    """
+    out: list[str] = []
+    last = 0
+    for span in _CODE_SPAN_RE.finditer(text):
+        out.append(_WORD_RE.sub(_rename_prose_word, text[last : span.start()]))
+        out.append(_WORD_RE.sub(_rename_quoted_word, span.group()))
+        last = span.end()
+    out.append(_WORD_RE.sub(_rename_prose_word, text[last:]))
+    return "".join(out)
+
+
+def _rename_code(code: str) -> str:
+    return _WORD_RE.sub(lambda m: rename_identifier(m.group()), code)
+
+
+def _rename_fstring_body(text: str) -> str:
+    """Rename an f-string's text: its replacement fields as code, the rest as prose."""
+    out: list[str] = []
+    literal_start = field_start = depth = i = 0
+    while i < len(text):
+        if depth == 0:
+            if text.startswith(("{{", "}}"), i):
+                i += 2
+                continue
+            if text[i] == "{":
+                out.append(rename_text(text[literal_start:i]) + "{")
+                depth, field_start = 1, i + 1
+        elif text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                out.append(_rename_code(text[field_start:i]) + "}")
+                literal_start = i + 1
+        i += 1
+    out.append(rename_text(text[literal_start:]))
+    return "".join(out)
+
+
+def rename_string(token: str) -> str:
+    """Rename a string literal: a lone identifier and f-string fields as code, the rest prose."""
+    match = _STRING_RE.match(token)
+    if match is None:  # pragma: no cover - every STRING token matches
+        return rename_text(token)
+    prefix, quote, body = match["prefix"], match["quote"], match["body"]
+    if "f" in prefix.lower():
+        new = _rename_fstring_body(body)
+    elif _IDENTIFIER_RE.match(body):
+        new = rename_identifier(body)
+    else:
+        new = rename_text(body)
+    return f"{prefix}{quote}{new}{quote}"
 
 
 @dataclass
@@ -319,7 +396,7 @@ def _token_edits(
             if fstring_depth == 0:
                 end = offset(tok.end)
                 old = source[fstring_start:end]
-                new = rename_text(old)
+                new = rename_string(old)
                 if new != old:
                     edits.append((fstring_start, end, new))
             continue
@@ -356,7 +433,10 @@ def _token_edits(
                 if new != tok.string:
                     edits.append((offset(tok.start), offset(tok.end), new))
         elif tok.type in (tokenize.STRING, tokenize.COMMENT):
-            new = rename_text(tok.string)
+            if tok.type == tokenize.STRING:
+                new = rename_string(tok.string)
+            else:
+                new = rename_text(tok.string)
             if new != tok.string:
                 edits.append((offset(tok.start), offset(tok.end), new))
     return edits
@@ -466,10 +546,12 @@ def _destination(rel_source: PurePosixPath, rule: FileRule) -> PurePosixPath:
     return PurePosixPath(*parts)
 
 
-def plan(root: Path = REPO_ROOT) -> list[tuple[PurePosixPath, PurePosixPath]]:
+def plan(
+    root: Path = REPO_ROOT, rules: Sequence[FileRule] = FILE_RULES
+) -> list[tuple[PurePosixPath, PurePosixPath]]:
     """Return the ``(source, destination)`` pairs, relative to ``root``, that exist now."""
     pairs: list[tuple[PurePosixPath, PurePosixPath]] = []
-    for rule in FILE_RULES:
+    for rule in rules:
         # A glob that matches nothing (a tree without that package yet) is fine.
         for path in sorted(root.glob(rule.source_glob)):
             if path.name in rule.exclude or not path.is_file():
@@ -506,14 +588,16 @@ def is_generated(path: Path) -> bool:
     return any(line.startswith(HEADER_MARKER) for line in head)
 
 
-def find_orphans(root: Path, expected: set[PurePosixPath]) -> list[PurePosixPath]:
+def find_orphans(
+    root: Path, expected: set[PurePosixPath], rules: Sequence[FileRule] = FILE_RULES
+) -> list[PurePosixPath]:
     """Return generated files under ``root`` whose source no longer exists.
 
     Only files carrying the header are considered, so hand-written files are never
     reported (or deleted).
     """
     orphans: set[PurePosixPath] = set()
-    for rule in FILE_RULES:
+    for rule in rules:
         dest_glob = _destination(PurePosixPath(rule.source_glob), rule)
         for path in root.glob(str(dest_glob)):
             rel = PurePosixPath(path.relative_to(root).as_posix())
@@ -532,7 +616,13 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def run(root: Path = REPO_ROOT, *, check: bool = False) -> int:
+def run(
+    root: Path = REPO_ROOT,
+    *,
+    check: bool = False,
+    rules: Sequence[FileRule] = FILE_RULES,
+    renames_must_be_used: bool = True,
+) -> int:
     """Generate (or with ``check`` only verify) every mapped file under ``root``.
 
     Returns the process exit status: 0 when everything is (now) up to date, 1 when
@@ -540,8 +630,15 @@ def run(root: Path = REPO_ROOT, *, check: bool = False) -> int:
     """
     status = 0
     generated: dict[PurePosixPath, str] = {}
-    for source, dest in plan(root):
+    _used_renames.clear()
+    for source, dest in plan(root, rules):
         generated[dest] = generate_file(root, source, dest)
+    unused = sorted(set(RENAMES) - _used_renames)
+    if unused and renames_must_be_used:
+        raise GenerationError(
+            f"rename rules that no source uses: {', '.join(map(repr, unused))}; remove them "
+            "from RENAMES in tools/async_to_sync.py"
+        )
 
     diff_budget = _MAX_DIFF_LINES
     for dest, content in generated.items():
@@ -580,7 +677,7 @@ def run(root: Path = REPO_ROOT, *, check: bool = False) -> int:
             if len(shown) < len(diff):
                 print("... (diff truncated)")
 
-    for orphan in find_orphans(root, set(generated)):
+    for orphan in find_orphans(root, set(generated), rules):
         if check:
             status = 1
             print(f"orphaned (source removed): {orphan}")

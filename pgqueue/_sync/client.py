@@ -2,8 +2,8 @@
 # Do not edit it by hand: edit the source and run `make generate`.
 """``Client``: enqueue jobs and manage the schema.
 
-This module (the asyncio client) is the single source of truth; ``pgqueue/_sync/client.py``
-(the sync client) is generated from it by ``tools/sync_to_sync.py``.
+Written once, for asyncio, in pgqueue/_async/client.py; the sync client in
+pgqueue/_sync/client.py is generated from it by tools/async_to_sync.py.
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 # Do not edit it by hand: edit the source and run `make generate`.
 """The seam between pgqueue's core and a database library: the driver protocols.
 
-This module defines the asyncio protocols; ``pgqueue/_sync/driver.py`` has the sync ones,
-generated from it.
+The asyncio protocols are written in pgqueue/_async/driver.py; the sync ones in
+pgqueue/_sync/driver.py are generated from them.
 
 The core talks to PostgreSQL only through these methods. An adapter in ``pgqueue_adapters``
-implements them for one library; ``tests/_sync/test_conformance.py`` is the contract every
+implements them for one library; ``tests/_async/test_conformance.py`` is the contract every
 adapter must pass unchanged.
 
 Conventions every adapter follows:

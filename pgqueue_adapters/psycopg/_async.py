@@ -1,7 +1,7 @@
 """The psycopg 3 adapter: ``AsyncDriver`` on a psycopg ``AsyncConnectionPool`` or connection.
 
-This is the asyncio adapter; ``pgqueue_adapters/psycopg/_sync.py`` (the sync one) is generated
-from it.
+Written once, for asyncio, in pgqueue_adapters/psycopg/_async.py; the sync adapter in
+pgqueue_adapters/psycopg/_sync.py is generated from it.
 """
 
 from __future__ import annotations

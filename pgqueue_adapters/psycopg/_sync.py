@@ -2,8 +2,8 @@
 # Do not edit it by hand: edit the source and run `make generate`.
 """The psycopg 3 adapter: ``Driver`` on a psycopg ``ConnectionPool`` or connection.
 
-This is the asyncio adapter; ``pgqueue_adapters/psycopg/_sync.py`` (the sync one) is generated
-from it.
+Written once, for asyncio, in pgqueue_adapters/psycopg/_async.py; the sync adapter in
+pgqueue_adapters/psycopg/_sync.py is generated from it.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 # Do not edit it by hand: edit the source and run `make generate`.
 """The SQLAlchemy 2 adapter: ``Driver`` on an ``Engine``, ``Connection`` or session.
 
-This is the asyncio adapter; ``pgqueue_adapters/sqlalchemy/_sync.py`` (the sync one, on an
-``Engine``, ``Connection`` or ``Session``) is generated from it.
+Written once, for asyncio, in pgqueue_adapters/sqlalchemy/_async.py; the sync adapter (on an
+``Engine``, ``Connection`` or ``Session``) in pgqueue_adapters/sqlalchemy/_sync.py is generated
+from it.
 
 Statements go through ``exec_driver_sql``: pgqueue's ``$1, $2, ...`` placeholders are rewritten
 into the DBAPI paramstyle of the engine's dialect, so they reach the database library as they
