@@ -33,6 +33,7 @@ from .jobs import CancelSignal, JobContext, JobHandle, Worker, WorkerRegistry
 from .options import JobOptions
 from .outcomes import Cancel, Discard, JobOutcome, Retry
 from .queries import migrations_script, migrations_statements
+from .records import JobInfo
 from .runtime_config import RuntimeConfig
 from .settings import Settings
 
