@@ -8,13 +8,16 @@ asyncio-only libraries exist only here, not in the generated sync suite.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg  # async-only
 import pytest
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine  # sync: from sqlalchemy import create_engine
+from sqlalchemy.ext.asyncio.session import AsyncSession  # sync: from sqlalchemy.orm import Session
 
 import pgqueue
 from pgqueue_adapters.asyncpg import AsyncpgDriver  # async-only
@@ -121,3 +124,133 @@ async def native_conn(database_url: str) -> AsyncIterator[AsyncConnection]:
     conn = await AsyncConnection.connect(database_url)
     yield conn
     await conn.close()
+
+
+class Native:
+    """One caller-side transaction on one library's native object, with a uniform interface.
+
+    ``kind`` names the object: ``psycopg-connection``, ``sqlalchemy-connection``,
+    ``sqlalchemy-session``, and asyncio only ``sqlalchemy-asyncpg-session`` and
+    ``asyncpg-connection``.
+    """
+
+    def __init__(self, kind: str, database_url: str) -> None:
+        self.kind = kind
+        self.url = database_url
+        self.obj: Any = None
+        self._closers: list[Any] = []
+        self._tx: Any = None
+
+    def _engine(self) -> Any:
+        if self.kind == "sqlalchemy-asyncpg-session":  # async-only
+            return create_async_engine(sqlalchemy_url(self.url, "asyncpg"))  # async-only
+        return sqlalchemy_engine(self.url)
+
+    async def open(self) -> None:
+        if self.kind == "psycopg-connection":
+            self.obj = await AsyncConnection.connect(self.url)
+            self._closers.append(self.obj.close)
+        elif self.kind.startswith("sqlalchemy"):
+            engine = self._engine()
+            self._closers.append(engine.dispose)
+            if self.kind == "sqlalchemy-connection":
+                self.obj = await engine.connect()
+                self._closers.insert(0, self.obj.close)
+            else:
+                self.obj = AsyncSession(engine)
+                self._closers.insert(0, self.obj.close)
+        # async-only: begin
+        elif self.kind == "asyncpg-connection":
+            self.obj = await asyncpg.connect(self.url)
+            self._closers.append(self.obj.close)
+        # async-only: end
+
+    async def begin(self) -> None:
+        if self.kind == "psycopg-connection":
+            self._tx = self.obj.transaction()
+            await self._tx.__aenter__()
+        elif self.kind.startswith("sqlalchemy"):
+            self._tx = await self.obj.begin()
+        # async-only: begin
+        else:
+            self._tx = self.obj.transaction()
+            await self._tx.start()
+        # async-only: end
+
+    async def commit(self) -> None:
+        if self.kind == "psycopg-connection":
+            await self._tx.__aexit__(None, None, None)
+        else:
+            await self._tx.commit()
+
+    async def rollback(self) -> None:
+        if self.kind == "psycopg-connection":
+            await self._tx.__aexit__(RuntimeError, RuntimeError("rollback"), None)
+        else:
+            await self._tx.rollback()
+
+    @asynccontextmanager
+    async def savepoint(self) -> AsyncIterator[None]:
+        if self.kind == "psycopg-connection":
+            async with self.obj.transaction():
+                yield
+        elif self.kind.startswith("sqlalchemy"):
+            async with self.obj.begin_nested():
+                yield
+        # async-only: begin
+        else:
+            async with self.obj.transaction():
+                yield
+        # async-only: end
+
+    @property
+    def has_implicit_transactions(self) -> bool:
+        """Whether a statement outside a transaction block opens one (psycopg, SQLAlchemy 2)."""
+        return not self.kind.startswith("asyncpg")
+
+    async def begin_implicitly(self) -> None:
+        """Run a statement outside any transaction block: the library begins a transaction."""
+        if self.kind == "psycopg-connection":
+            await self.obj.execute("SELECT 1")
+        else:
+            await self.obj.execute(text("SELECT 1"))
+
+    def in_transaction(self) -> bool:
+        if self.kind == "psycopg-connection":
+            return bool(self.obj.info.transaction_status.name == "INTRANS")
+        if self.kind == "asyncpg-connection":  # async-only
+            return bool(self.obj.is_in_transaction())  # async-only
+        return bool(self.obj.in_transaction())  # SQLAlchemy
+
+    async def rollback_implicit(self) -> None:
+        """Roll back the transaction :meth:`begin_implicitly` opened."""
+        await self.obj.rollback()
+
+    async def close(self) -> None:
+        for close in self._closers:
+            await close()
+
+
+# The caller-side transaction object each driver mode's users hold: its own library's.
+NATIVE_OF_MODE = {
+    "psycopg-url": "psycopg-connection",
+    "psycopg-pool": "psycopg-connection",
+    "psycopg-conn": "psycopg-connection",
+    "sqlalchemy-engine": "sqlalchemy-session",
+    "sqlalchemy-conn": "sqlalchemy-connection",
+    "sqlalchemy-asyncpg": "sqlalchemy-asyncpg-session",  # async-only
+    "asyncpg-url": "asyncpg-connection",  # async-only
+    "asyncpg-pool": "asyncpg-connection",  # async-only
+    "asyncpg-conn": "asyncpg-connection",  # async-only
+}
+
+
+@pytest.fixture
+async def native_tx(
+    request: pytest.FixtureRequest, driver: pgqueue.AsyncDriver, database_url: str
+) -> AsyncIterator[Native]:
+    """An open (not begun) native object of the current driver mode's own library."""
+    n = Native(NATIVE_OF_MODE[request.node.callspec.params["driver"]], database_url)
+    await n.open()
+    yield n
+    await n.close()

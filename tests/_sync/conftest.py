@@ -10,12 +10,15 @@ asyncio-only libraries exist only here, not in the generated sync suite.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from psycopg import Connection
 from psycopg_pool import ConnectionPool
+from sqlalchemy import text
 from sqlalchemy import create_engine
+from sqlalchemy.orm import Session
 
 import pgqueue
 from pgqueue_adapters.psycopg import PsycopgDriver, sync_connect
@@ -90,3 +93,110 @@ def native_conn(database_url: str) -> Iterator[Connection]:
     conn = Connection.connect(database_url)
     yield conn
     conn.close()
+
+
+class Native:
+    """One caller-side transaction on one library's native object, with a uniform interface.
+
+    ``kind`` names the object: ``psycopg-connection``, ``sqlalchemy-connection``,
+    ``sqlalchemy-session``, and asyncio only ``sqlalchemy-asyncpg-session`` and
+    ``asyncpg-connection``.
+    """
+
+    def __init__(self, kind: str, database_url: str) -> None:
+        self.kind = kind
+        self.url = database_url
+        self.obj: Any = None
+        self._closers: list[Any] = []
+        self._tx: Any = None
+
+    def _engine(self) -> Any:
+        return sqlalchemy_engine(self.url)
+
+    def open(self) -> None:
+        if self.kind == "psycopg-connection":
+            self.obj = Connection.connect(self.url)
+            self._closers.append(self.obj.close)
+        elif self.kind.startswith("sqlalchemy"):
+            engine = self._engine()
+            self._closers.append(engine.dispose)
+            if self.kind == "sqlalchemy-connection":
+                self.obj = engine.connect()
+                self._closers.insert(0, self.obj.close)
+            else:
+                self.obj = Session(engine)
+                self._closers.insert(0, self.obj.close)
+
+    def begin(self) -> None:
+        if self.kind == "psycopg-connection":
+            self._tx = self.obj.transaction()
+            self._tx.__enter__()
+        elif self.kind.startswith("sqlalchemy"):
+            self._tx = self.obj.begin()
+
+    def commit(self) -> None:
+        if self.kind == "psycopg-connection":
+            self._tx.__exit__(None, None, None)
+        else:
+            self._tx.commit()
+
+    def rollback(self) -> None:
+        if self.kind == "psycopg-connection":
+            self._tx.__exit__(RuntimeError, RuntimeError("rollback"), None)
+        else:
+            self._tx.rollback()
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        if self.kind == "psycopg-connection":
+            with self.obj.transaction():
+                yield
+        elif self.kind.startswith("sqlalchemy"):
+            with self.obj.begin_nested():
+                yield
+
+    @property
+    def has_implicit_transactions(self) -> bool:
+        """Whether a statement outside a transaction block opens one (psycopg, SQLAlchemy 2)."""
+        return not self.kind.startswith("asyncpg")
+
+    def begin_implicitly(self) -> None:
+        """Run a statement outside any transaction block: the library begins a transaction."""
+        if self.kind == "psycopg-connection":
+            self.obj.execute("SELECT 1")
+        else:
+            self.obj.execute(text("SELECT 1"))
+
+    def in_transaction(self) -> bool:
+        if self.kind == "psycopg-connection":
+            return bool(self.obj.info.transaction_status.name == "INTRANS")
+        return bool(self.obj.in_transaction())  # SQLAlchemy
+
+    def rollback_implicit(self) -> None:
+        """Roll back the transaction :meth:`begin_implicitly` opened."""
+        self.obj.rollback()
+
+    def close(self) -> None:
+        for close in self._closers:
+            close()
+
+
+# The caller-side transaction object each driver mode's users hold: its own library's.
+NATIVE_OF_MODE = {
+    "psycopg-url": "psycopg-connection",
+    "psycopg-pool": "psycopg-connection",
+    "psycopg-conn": "psycopg-connection",
+    "sqlalchemy-engine": "sqlalchemy-session",
+    "sqlalchemy-conn": "sqlalchemy-connection",
+}
+
+
+@pytest.fixture
+def native_tx(
+    request: pytest.FixtureRequest, driver: pgqueue.Driver, database_url: str
+) -> Iterator[Native]:
+    """An open (not begun) native object of the current driver mode's own library."""
+    n = Native(NATIVE_OF_MODE[request.node.callspec.params["driver"]], database_url)
+    n.open()
+    yield n
+    n.close()

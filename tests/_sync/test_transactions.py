@@ -9,15 +9,11 @@ with it, and pgqueue never commits for the caller.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
 
 import pytest
-from psycopg import Connection
-from sqlalchemy.orm import Session
 
 import pgqueue
-from tests._sync.conftest import sqlalchemy_engine
+from tests._sync.conftest import Native
 from tests._sync.test_enqueue import SendEmail
 
 pytestmark = pytest.mark.timeout(60)
@@ -27,63 +23,6 @@ NATIVE_KINDS = [
     "sqlalchemy-connection",
     "sqlalchemy-session",
 ]
-
-
-class Native:
-    """One caller-side transaction on one library's native object, with a uniform interface."""
-
-    def __init__(self, kind: str, database_url: str) -> None:
-        self.kind = kind
-        self.url = database_url
-        self.obj: Any = None
-        self._closers: list[Any] = []
-        self._tx: Any = None
-
-    def open(self) -> None:
-        if self.kind == "psycopg-connection":
-            self.obj = Connection.connect(self.url)
-            self._closers.append(self.obj.close)
-        elif self.kind.startswith("sqlalchemy"):
-            engine = sqlalchemy_engine(self.url)
-            self._closers.append(engine.dispose)
-            if self.kind == "sqlalchemy-connection":
-                self.obj = engine.connect()
-                self._closers.insert(0, self.obj.close)
-            else:
-                self.obj = Session(engine)
-                self._closers.insert(0, self.obj.close)
-
-    def begin(self) -> None:
-        if self.kind == "psycopg-connection":
-            self._tx = self.obj.transaction()
-            self._tx.__enter__()
-        elif self.kind.startswith("sqlalchemy"):
-            self._tx = self.obj.begin()
-
-    def commit(self) -> None:
-        if self.kind == "psycopg-connection":
-            self._tx.__exit__(None, None, None)
-        else:
-            self._tx.commit()
-
-    def rollback(self) -> None:
-        if self.kind == "psycopg-connection":
-            self._tx.__exit__(RuntimeError, RuntimeError("rollback"), None)
-        else:
-            self._tx.rollback()
-
-    @contextmanager
-    def savepoint(self) -> Iterator[None]:
-        if self.kind == "psycopg-connection":
-            with self.obj.transaction():
-                yield
-        elif self.kind.startswith("sqlalchemy"):
-            with self.obj.begin_nested():
-                yield
-
-    def close(self) -> None:
-        for close in self._closers:
-            close()
 
 
 @pytest.fixture(params=NATIVE_KINDS)
