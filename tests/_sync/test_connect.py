@@ -4,43 +4,91 @@
 
 from __future__ import annotations
 
+import psycopg_pool
 import pytest
 from psycopg_pool import ConnectionPool
 
 import pgqueue
+from pgqueue_adapters.psycopg import PsycopgDriver
+from pgqueue_adapters.sqlalchemy import SQLAlchemyDriver
 from tests._sync.test_enqueue import SendEmail
 
 pytestmark = pytest.mark.timeout(60)
 
+# A pool class of the other side: sync here, asyncio in the generated sync suite.
+OTHER_POOL = psycopg_pool.AsyncConnectionPool
 
+
+@pytest.fixture(autouse=True)
+def no_driver_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PGQUEUE_DRIVER", raising=False)
+
+
+def enqueue_one(client: pgqueue.Client, to: str, db, jobs_table: str) -> None:
+    """Migrate, enqueue, and check from outside that the job landed in the test database."""
+    client.migrate()
+    client.add_job(SendEmail(to=to))
+    assert db.value(f"SELECT payload->>'to' FROM {jobs_table}") == to
+
+
+@pytest.mark.parametrize(
+    ("name", "driver_class"),
+    [
+        ("psycopg", PsycopgDriver),
+        ("sqlalchemy", SQLAlchemyDriver),
+    ],
+)
 def test_connect_with_url_and_driver_flag(
-    database_url: str, settings: pgqueue.Settings, db, jobs_table: str
+    database_url: str,
+    settings: pgqueue.Settings,
+    db,
+    jobs_table: str,
+    name: str,
+    driver_class: type,
 ) -> None:
-    client = pgqueue.Client.connect(database_url, driver="psycopg", settings=settings)
+    client = pgqueue.Client.connect(database_url, driver=name, settings=settings)
     with client:
-        assert client.migrate() != []
-        client.add_job(SendEmail(to="url"))
-    assert db.value(f"SELECT payload->>'to' FROM {jobs_table}") == "url"
+        assert isinstance(client.driver, driver_class)
+        assert client.migrate() != []  # a fresh schema
+        enqueue_one(client, "url", db, jobs_table)
 
 
 def test_connect_reads_the_environment(
-    database_url: str, settings: pgqueue.Settings, monkeypatch: pytest.MonkeyPatch, db
+    database_url: str,
+    settings: pgqueue.Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    db,
+    jobs_table: str,
 ) -> None:
     monkeypatch.setenv("PGQUEUE_DSN", database_url)
-    monkeypatch.setenv("PGQUEUE_DRIVER", "psycopg")
+    monkeypatch.setenv("DATABASE_URL", "postgresql://nobody@127.0.0.1:1/nothing")  # loses
+    monkeypatch.setenv("PGQUEUE_DRIVER", "sqlalchemy")
     with pgqueue.Client.connect(settings=settings) as client:
-        client.migrate()
-        assert client.schema_version() is not None
+        assert isinstance(client.driver, SQLAlchemyDriver)
+        enqueue_one(client, "env", db, jobs_table)
 
 
-def test_connect_with_driver_scheme(database_url: str, settings: pgqueue.Settings) -> None:
-    url = (
-        "postgresql+psycopg://" + database_url.split("://", 1)[1] if "://" in database_url else None
-    )
-    if url is None:
-        pytest.skip("the test DSN is not a URL")
+def test_connect_falls_back_to_database_url(
+    database_url: str,
+    settings: pgqueue.Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    db,
+    jobs_table: str,
+) -> None:
+    monkeypatch.delenv("PGQUEUE_DSN", raising=False)
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    with pgqueue.Client.connect(settings=settings) as client:
+        assert isinstance(client.driver, PsycopgDriver)  # the default driver
+        enqueue_one(client, "database_url", db, jobs_table)
+
+
+def test_connect_with_driver_scheme(
+    database_url: str, settings: pgqueue.Settings, db, jobs_table: str
+) -> None:
+    url = database_url.replace("postgresql://", "postgresql+psycopg://", 1)
     with pgqueue.Client.connect(url, settings=settings) as client:
-        client.migrate()
+        assert isinstance(client.driver, PsycopgDriver)
+        enqueue_one(client, "scheme", db, jobs_table)
 
 
 def test_connect_without_a_database_says_what_to_set(
@@ -75,5 +123,10 @@ def test_connect_with_a_native_pool_leaves_it_open(
 
 
 def test_connect_refuses_objects_of_the_other_side(database_url: str) -> None:
-    with pytest.raises(pgqueue.ConfigurationError):
+    other = OTHER_POOL(database_url, open=False)  # never opened: refused by its type
+    with pytest.raises(
+        pgqueue.ConfigurationError, match="pass a psycopg ConnectionPool or Connection"
+    ):
+        pgqueue.Client.connect(other)
+    with pytest.raises(pgqueue.ConfigurationError, match="supported driver"):
         pgqueue.Client.connect(object())
