@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import pgqueue
 from pgqueue.cli import load_registry, parse_queues
 from pgqueue.errors import ConfigurationError
+from pgqueue.queries import migrations_for
+from tests import jobs
+from tests._sync.helpers import wait_until
 
 pytestmark = pytest.mark.timeout(300)
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,3 +143,78 @@ def test_bad_environment_values_are_usage_errors(database_url: str) -> None:
     result = run(["worker", "tests.jobs:registry", "--log-level", "LOUD"], clean_env(), timeout=60)
     assert result.returncode == 2
     assert "invalid choice" in result.stderr
+
+
+def instances_of(db, schema: str) -> int:
+    exists = db.value("SELECT to_regclass($1) IS NOT NULL", (f'"{schema}".pgqueue_instances',))
+    return int(db.value(f'SELECT count(*) FROM "{schema}".pgqueue_instances')) if exists else 0
+
+
+@pytest.mark.parametrize("runtime", [[], ["--asyncio"]], ids=["sync", "asyncio"])
+def test_worker_on_an_unmigrated_schema_says_to_migrate(
+    database_url: str, schema: str, db, runtime: list[str]
+) -> None:
+    env = {**clean_env(), "PGQUEUE_DSN": database_url, "PGQUEUE_SCHEMA": schema}
+    result = run(["worker", "tests.jobs:registry", *runtime], env, timeout=60)
+    assert result.returncode == 1, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("pgqueue: error: "), result.stderr
+    assert "missing" in last
+    assert "--migrate" in last  # says what to do
+    assert "Traceback" not in result.stderr
+    assert db.value("SELECT to_regclass($1)", (f'"{schema}".pgqueue_jobs',)) is None
+
+
+@pytest.mark.parametrize(
+    ("args", "extra_env"),
+    [(["--migrate"], {}), (["--asyncio"], {"PGQUEUE_MIGRATE": "1"})],
+    ids=["flag-sync", "env-asyncio"],
+)
+def test_worker_migrate_applies_the_migrations_then_runs(
+    database_url: str,
+    schema: str,
+    db,
+    tmp_path: Path,
+    args: list[str],
+    extra_env: dict[str, str],
+) -> None:
+    env = {**clean_env(), "PGQUEUE_DSN": database_url, "PGQUEUE_SCHEMA": schema, **extra_env}
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pgqueue", "worker", "tests.jobs:registry", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until(
+            lambda: proc.poll() is None and instances_of(db, schema) == 1,
+            60,
+            what="the worker running on the migrated schema",
+        )
+        latest = max(m.version for m in migrations_for(pgqueue.Settings(schema=schema)))
+        assert db.value(f'SELECT max(version) FROM "{schema}".pgqueue_migrations') == latest
+        # and it runs jobs
+        with pgqueue.Client.connect(database_url, settings=pgqueue.Settings(schema=schema)) as c:
+            job = c.add_job(jobs.Record(token="migrate"))
+            wait_until(
+                lambda: (info := c.get_job(job.id)) is not None and info.status == "completed",
+                30,
+                what="a job run",
+            )
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_migrate_command_falls_back_to_database_url(database_url: str, schema: str, db) -> None:
+    env = {**clean_env(), "DATABASE_URL": database_url, "PGQUEUE_SCHEMA": schema}
+    result = run(["migrate"], env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("pgqueue schema at version "), result.stdout
+    assert db.value("SELECT to_regclass($1) IS NOT NULL", (f'"{schema}".pgqueue_jobs',)) is True
