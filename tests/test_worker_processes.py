@@ -230,3 +230,115 @@ def test_worker_process_on_other_drivers(
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(20) == 0, workers.log(proc)
     assert "stopping gracefully" in workers.log(proc)
+
+
+def test_a_cancel_request_survives_the_death_of_its_worker(
+    workers: Workers, client: pgqueue.Client, db, jobs_table: str, runs: str
+) -> None:
+    # the job ignores the cancel signal (a plain sleep), then its process is killed
+    victim = workers.start()
+    job = client.add_job(jobs.DbRecord(table=runs, first_sleep=60))
+    wait_until(lambda: status_of(db, jobs_table, job.id) == ("processing", 1), 30, what="claimed")
+    assert client.cancel_job(job.id) == "processing"
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    rescuer = workers.start()
+    wait_until(
+        lambda: status_of(db, jobs_table, job.id) == ("cancelled", 1),
+        RESCUE_AFTER + 3 * LEADER_INTERVAL + 10,
+        what="rescued as cancelled",
+    )
+    # it is not run again: the rescuer takes other work, and the cancelled job stays so
+    other = client.add_job(jobs.DbRecord(table=runs))
+    wait_until(lambda: status_of(db, jobs_table, other.id) == ("completed", 1), 30, what="other")
+    assert db.rows(f"SELECT job_id, pid FROM {runs}") == [(other.id, rescuer.pid)]
+    assert status_of(db, jobs_table, job.id) == ("cancelled", 1)
+
+
+@pytest.mark.parametrize(
+    ("runtime", "job", "expected_status"),
+    [
+        pytest.param(
+            [],
+            jobs.Interrupt(what="exit", code=3),
+            3,
+            id="threads-SystemExit",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="the thread runtime swallows BaseException (JobPool._work stores it in a "
+                "future nobody reads) and hands the job back uncharged, so it runs again at "
+                "once, for ever, and the process never exits",
+            ),
+        ),
+        pytest.param(
+            ["--asyncio"], jobs.Interrupt(what="exit", code=3), 3, id="asyncio-SystemExit"
+        ),
+        pytest.param(
+            ["--asyncio"],
+            jobs.AInterrupt(what="interrupt"),
+            -signal.SIGINT,
+            id="asyncio-KeyboardInterrupt",
+        ),
+    ],
+)
+def test_a_base_exception_from_process_ends_the_worker_like_a_crash(
+    workers: Workers,
+    client: pgqueue.Client,
+    db,
+    jobs_table: str,
+    runtime: list[str],
+    job: pgqueue.Worker,
+    expected_status: int,
+) -> None:
+    # docs/jobs.md: KeyboardInterrupt and SystemExit from process() are not caught. The
+    # process ends (SystemExit's status; killed by SIGINT for KeyboardInterrupt) and the job,
+    # its attempt counted, is rescued as after a crash. The job raises on attempt 1 only.
+    handle = client.add_job(job)
+    proc = workers.start(*runtime)
+    status = proc.wait(20)  # by itself: nobody signals it
+    assert status == expected_status, workers.log(proc)
+    workers.start()
+    wait_until(
+        lambda: status_of(db, jobs_table, handle.id) == ("completed", 2),
+        RESCUE_AFTER + 3 * LEADER_INTERVAL + 10,
+        what="rescued and run again",
+    )
+
+
+def test_client_run_stops_gracefully_on_ctrl_c(
+    database_url: str, settings: pgqueue.Settings, client: pgqueue.Client, db, jobs_table: str
+) -> None:
+    # docs/jobs.md: on Client, Ctrl-C's KeyboardInterrupt interrupts run(), which stops the
+    # workers gracefully (a running job may finish), and the exception goes on.
+    job = client.add_job(jobs.Block(token="ctrl-c", seconds=1.0))
+    script = (
+        "import pgqueue\n"
+        "from tests import jobs\n"
+        "config = pgqueue.RuntimeConfig(poll_interval=0.2, heartbeat_interval=0.5,\n"
+        "                               rescue_after=2, shutdown_timeout=20)\n"
+        f"settings = pgqueue.Settings(schema={settings.schema!r})\n"
+        f"with pgqueue.Client.connect({database_url!r}, registry=jobs.registry,\n"
+        "                            settings=settings) as client:\n"
+        "    client.run({'default': 1}, config=config)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_until(
+            lambda: status_of(db, jobs_table, job.id) == ("processing", 1), 30, what="claimed"
+        )
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == -signal.SIGINT, output  # the KeyboardInterrupt went on
+    assert "KeyboardInterrupt" in output
+    assert status_of(db, jobs_table, job.id) == ("completed", 1)  # let finish, not cut off
+    assert db.value(f'SELECT count(*) FROM "{settings.schema}".pgqueue_instances') == 0
