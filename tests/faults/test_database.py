@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import pgqueue
 from tests.faults.harness import RECONNECT_MAX, Fleet, Worker, note_time, wait_for
 from tests.faults.proxy import Proxy
 
@@ -124,13 +125,13 @@ def test_postgres_restarted_under_load(fleet: Fleet, how: str) -> None:
     # Enqueuers keep adding through the restart, retrying as an application would; only the
     # jobs whose add_job returned count as committed.
     stop = threading.Event()
-    errors: list[BaseException] = []
+    errors: list[pgqueue.DatabaseError] = []
 
     def enqueue() -> None:
         while not stop.is_set():
             try:
                 fleet.add(1)
-            except Exception as exc:  # the server is down: try again, like an app would
+            except pgqueue.DatabaseError as exc:  # the server is down: retry, as an app would
                 errors.append(exc)
                 time.sleep(0.05)
 
