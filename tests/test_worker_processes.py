@@ -295,7 +295,7 @@ def test_a_base_exception_from_process_ends_the_worker_like_a_crash(
     # its attempt counted, is rescued as after a crash. The job raises on attempt 1 only.
     handle = client.add_job(job)
     proc = workers.start(*runtime)
-    status = proc.wait(20)  # by itself: nobody signals it
+    status = proc.wait(12)  # by itself: nobody signals it
     assert status == expected_status, workers.log(proc)
     workers.start()
     wait_until(
