@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import signal
 import time
+from datetime import timedelta
+
+import pytest
 
 import pgqueue
 from tests.faults import jobs
@@ -49,11 +52,23 @@ def finish(fleet: Fleet, expect: dict[int, str] | None = None) -> None:
     fleet.check_no_leaks()
 
 
-def test_sigkill_mid_job(fleet: Fleet) -> None:
+# Jobs whose process is a plain function, and jobs whose process is a coroutine (on the
+# asyncio runtime it runs on the loop; on the thread runtime, on a loop of its own per job).
+JOB_KINDS = pytest.mark.parametrize(
+    "kind", [jobs.Work, jobs.AsyncWork], ids=["sync-jobs", "async-jobs"]
+)
+
+
+def kind_label(kind: type[pgqueue.Worker]) -> str:
+    return " (async jobs)" if kind is jobs.AsyncWork else ""
+
+
+@JOB_KINDS
+def test_sigkill_mid_job(fleet: Fleet, kind: type[pgqueue.Worker]) -> None:
     victim, survivor = fleet.start(), fleet.start()
     fleet.wait_ready(victim, survivor)
     fleet.add_rolled_back()
-    ids = fleet.add(40, sleep=0.3)
+    ids = fleet.add(40, job=kind, sleep=0.3)
     wait_for(lambda: unfinished_runs(fleet, victim.pid) >= 2, 20, "the victim mid-job")
     start = time.monotonic()
     fleet.kill_and_settle(victim)
@@ -61,7 +76,7 @@ def test_sigkill_mid_job(fleet: Fleet) -> None:
     assert held, "the victim held no job when killed"
     fleet.wait_final(held, 30, "the killed worker's jobs")
     note_time(
-        "SIGKILL mid-job: its jobs completed elsewhere",
+        "SIGKILL mid-job: its jobs completed elsewhere" + kind_label(kind),
         fleet.mode,
         time.monotonic() - start,
         RESCUE_BOUND,
@@ -163,11 +178,14 @@ def test_sigstop_past_the_heartbeat_threshold_then_sigcont(fleet: Fleet) -> None
     finish(fleet)
 
 
-def test_sigterm_then_a_second_sigterm(fleet: Fleet) -> None:
+@JOB_KINDS
+def test_sigterm_then_a_second_sigterm(fleet: Fleet, kind: type[pgqueue.Worker]) -> None:
     worker = fleet.start(shutdown_timeout=300)
     fleet.wait_ready(worker)
-    stubborn = fleet.add(1, job=jobs.Stubborn)[0]
-    quick = fleet.add(1, sleep=1.0)[0]
+    # a job that ignores its context, and one that ends in a second
+    stubborn_kind = jobs.AsyncStubborn if kind is jobs.AsyncWork else jobs.Stubborn
+    stubborn = fleet.add(1, job=stubborn_kind)[0]
+    quick = fleet.add(1, job=kind, sleep=1.0)[0]
     wait_for(lambda: fleet.runs(stubborn) and fleet.runs(quick), 20, "both jobs running")
     worker.proc.send_signal(signal.SIGTERM)
     wait_for(lambda: "stopping gracefully" in worker.log(), 10, "the first SIGTERM seen")
@@ -178,8 +196,14 @@ def test_sigterm_then_a_second_sigterm(fleet: Fleet) -> None:
     worker.proc.send_signal(signal.SIGTERM)
     start = time.monotonic()
     assert worker.proc.wait(30) == 0, worker.log()
-    note_time("second SIGTERM: process exited", fleet.mode, time.monotonic() - start, 5.0)
+    note_time(
+        "second SIGTERM: process exited" + kind_label(kind),
+        fleet.mode,
+        time.monotonic() - start,
+        5.0,
+    )
     assert "stopping now" in worker.log()
+    assert fleet.runs(stubborn)[0][3] is None  # cut off, never returned
     # handed back without charging an attempt; nobody is left registered
     assert fleet.observer.rows(
         f"SELECT status, attempts FROM {fleet.jobs_table} WHERE id = $1", (stubborn,)
@@ -276,4 +300,35 @@ def test_resumed_worker_claims_its_own_rescued_job_again(fleet: Fleet) -> None:
         f"SELECT status, attempts FROM {fleet.jobs_table} WHERE id = $1", (job,)
     ) == [("completed", 2)]
     finish(fleet)
+    fleet.check_logs()
+
+
+def test_async_jobs_cut_off_by_their_timeout_and_by_a_cancel(fleet: Fleet) -> None:
+    worker = fleet.start()
+    fleet.wait_ready(worker)
+    one_try = pgqueue.JobOptions(timeout=timedelta(seconds=1), max_attempts=1)
+    (timed,) = fleet.add(1, job=jobs.AsyncWork, sleep=600, options=one_try)
+    (cancelled,) = fleet.add(1, job=jobs.AsyncStubborn)
+    wait_for(lambda: fleet.runs(timed) and fleet.runs(cancelled), 20, "both jobs running")
+    assert fleet.client is not None
+    assert fleet.client.cancel_job(cancelled) == "processing"
+    fleet.wait_final([timed, cancelled], 10, "the timed-out and the cancelled job")
+    rows = {
+        job_id: rest
+        for job_id, *rest in fleet.observer.rows(
+            f"SELECT id, status, attempts, last_error FROM {fleet.jobs_table} WHERE id = ANY($1)",
+            ([timed, cancelled],),
+        )
+    }
+    assert rows == {
+        timed: ["failed", 1, "timed out after 1s"],
+        cancelled: ["cancelled", 1, "cancelled while running"],
+    }
+    # both coroutines were cancelled: neither returned
+    assert [r[3] for r in fleet.runs(timed) + fleet.runs(cancelled)] == [None, None]
+    # their slots are free again: four more jobs run at once
+    more = fleet.add(4, job=jobs.AsyncWork, sleep=2.0)
+    assert fleet.wait_final(more, 10, "jobs in the freed slots") < 3.5  # two rounds: 4 s
+    assert "overran its timeout" not in worker.log()
+    finish(fleet, {timed: "failed", cancelled: "cancelled"})
     fleet.check_logs()
