@@ -21,7 +21,7 @@ from ._async.client import AsyncClient
 from ._async.runtime import AsyncRuntime
 from ._sync.client import Client
 from ._sync.runtime import Runtime
-from .drivers import resolve_driver_name
+from .drivers import asyncio_only, describe_driver
 from .errors import ConfigurationError, PgQueueError
 from .jobs import WorkerRegistry
 from .queries import migrations_script
@@ -59,9 +59,11 @@ def _parser() -> argparse.ArgumentParser:
     connect.add_argument(
         "--driver",
         default=None,
-        # $PGQUEUE_DRIVER is read by connect(), after a postgresql+<driver>:// URL scheme
-        help="database driver: psycopg, asyncpg or sqlalchemy "
-        "[a postgresql+<driver>:// URL, then $PGQUEUE_DRIVER, default: psycopg]",
+        # Not defaulting to $PGQUEUE_DRIVER: resolve_driver_name reads it after the URL
+        # scheme, so the command follows the same rule as connect().
+        help="database driver: psycopg, asyncpg or sqlalchemy; asyncpg runs the command on "
+        "the asyncio client [default: the driver a postgresql+<driver>:// URL names, "
+        "else $PGQUEUE_DRIVER, else psycopg]",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sql = sub.add_parser(
@@ -195,10 +197,17 @@ def load_registry(path: str) -> WorkerRegistry:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigurationError(f"cannot import {module_name!r}: {exc}") from exc
-    registry = getattr(module, attribute, None)
+    found = sorted(k for k, v in vars(module).items() if isinstance(v, WorkerRegistry))
+    hint = f" (its WorkerRegistry objects: {', '.join(found)})" if found else ""
+    if not hasattr(module, attribute):
+        raise ConfigurationError(
+            f"module {module_name!r} has no attribute {attribute!r}{hint}: "
+            "write the registry as module:attribute"
+        )
+    registry = getattr(module, attribute)
     if not isinstance(registry, WorkerRegistry):
         raise ConfigurationError(
-            f"{path} is {type(registry).__name__}, not a pgqueue.WorkerRegistry"
+            f"{path} is a {type(registry).__name__}, not a pgqueue.WorkerRegistry{hint}"
         )
     return registry
 
@@ -211,13 +220,13 @@ def _run_worker(args: argparse.Namespace, settings: Settings) -> int:
     registry = load_registry(args.registry)
     queues = parse_queues(args.queues)
     config = RuntimeConfig(**{name: getattr(args, name) for name in _RUNTIME_OPTIONS})
-    url = args.dsn or os.environ.get("PGQUEUE_DSN") or os.environ.get("DATABASE_URL")
-    if args.asyncio or _asyncio_only(url, args.driver):
+    if args.asyncio or asyncio_only(_url(args), args.driver):
         return asyncio.run(_run_worker_async(args, settings, registry, queues, config))
     with Client.connect(args.dsn, driver=args.driver, registry=registry, settings=settings) as c:
         if args.migrate:
             c.migrate()
         c.start(queues, config=config)
+        _log_started(args, settings, queues, registry, "sync")
         runtime = c.runtime
         assert runtime is not None
         stopper = _Stopper(runtime)
@@ -229,13 +238,31 @@ def _run_worker(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _asyncio_only(url: str | None, driver: str | None) -> bool:
-    """Whether the driver can only run under asyncio (asyncpg, directly or under SQLAlchemy)."""
-    name, _ = resolve_driver_name(url, driver)
-    if name == "asyncpg":
-        return True
-    scheme = (url or "").split("://", 1)[0].lower()
-    return name == "sqlalchemy" and scheme.endswith("+asyncpg")
+def _url(args: argparse.Namespace) -> str | None:
+    # what connect() falls back to without --dsn
+    url: str | None = args.dsn or os.environ.get("PGQUEUE_DSN") or os.environ.get("DATABASE_URL")
+    return url
+
+
+def _log_started(
+    args: argparse.Namespace,
+    settings: Settings,
+    queues: dict[str, int],
+    registry: WorkerRegistry,
+    runtime: str,
+) -> None:
+    logging.getLogger("pgqueue").info(
+        "worker started (pid %d): driver %s, %s runtime, schema %r, prefix %r, queues %s; "
+        "registry %s with %d kind(s)",
+        os.getpid(),
+        describe_driver(_url(args), args.driver),
+        runtime,
+        settings.schema,
+        settings.prefix,
+        ",".join(f"{name}={count}" for name, count in queues.items()),
+        args.registry,
+        len(registry.kinds()),
+    )
 
 
 class _Stopper:
@@ -269,6 +296,7 @@ async def _run_worker_async(
         if args.migrate:
             await c.migrate()
         await c.start(queues, config=config)
+        _log_started(args, settings, queues, registry, "asyncio")
         runtime = c.runtime
         assert runtime is not None
         stopper = _Stopper(runtime)
@@ -279,6 +307,13 @@ async def _run_worker_async(
             pass
         await c.stop(0.0 if stopper.signals > 1 else None)
     return 0
+
+
+async def _migrate_async(
+    args: argparse.Namespace, settings: Settings
+) -> tuple[list[int], int | None]:
+    async with await AsyncClient.connect(args.dsn, driver=args.driver, settings=settings) as c:
+        return await c.migrate(), await c.schema_version()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -297,9 +332,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.write(script)
             return 0
         if args.command == "migrate":
-            with Client.connect(args.dsn, driver=args.driver, settings=settings) as client:
-                applied = client.migrate()
-                version = client.schema_version()
+            if asyncio_only(_url(args), args.driver):
+                applied, version = asyncio.run(_migrate_async(args, settings))
+            else:
+                with Client.connect(args.dsn, driver=args.driver, settings=settings) as client:
+                    applied = client.migrate()
+                    version = client.schema_version()
             done = f"applied {', '.join(map(str, applied))}" if applied else "nothing to apply"
             print(f"pgqueue schema at version {version} ({done})")
             return 0

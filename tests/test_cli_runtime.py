@@ -66,7 +66,7 @@ def test_worker_with_a_bad_registry_path_says_so(database_url: str) -> None:
     env = {**clean_env(), "PGQUEUE_DSN": database_url}
     result = run(["worker", "tests.jobs:nothing_here"], env, timeout=60)
     assert result.returncode == 1
-    assert "not a pgqueue.WorkerRegistry" in result.stderr
+    assert "module 'tests.jobs' has no attribute 'nothing_here'" in result.stderr
     result = run(["worker", "no_such_module:registry"], env, timeout=60)
     assert result.returncode == 1
     assert "cannot import 'no_such_module'" in result.stderr
