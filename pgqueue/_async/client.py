@@ -14,7 +14,7 @@ from typing import Literal
 
 from typing_extensions import Unpack
 
-from ..drivers import adapter_for_native, load_adapter, resolve_driver_name
+from ..drivers import adapter_for_native, load_adapter, native_transaction, resolve_driver_name
 from ..enqueue import (
     COPY_COLUMNS,
     PreparedJob,
@@ -451,7 +451,9 @@ class AsyncClient:
         return prepared
 
     def _tx_driver(self, tx: object) -> AsyncDriver:
-        driver: AsyncDriver = adapter_for_native(tx).async_wrap_transaction(tx)
+        # A framework's connection object (Django's) stands for the library connection it wraps.
+        obj = native_transaction(tx)
+        driver: AsyncDriver = adapter_for_native(obj).async_wrap_transaction(obj)
         return driver
 
     async def _insert(self, driver: AsyncDriver, jobs: Sequence[PreparedJob]) -> list[JobHandle]:

@@ -16,7 +16,7 @@ from typing import Literal
 
 from typing_extensions import Unpack
 
-from ..drivers import adapter_for_native, load_adapter, resolve_driver_name
+from ..drivers import adapter_for_native, load_adapter, native_transaction, resolve_driver_name
 from ..enqueue import (
     COPY_COLUMNS,
     PreparedJob,
@@ -447,7 +447,9 @@ class Client:
         return prepared
 
     def _tx_driver(self, tx: object) -> Driver:
-        driver: Driver = adapter_for_native(tx).sync_wrap_transaction(tx)
+        # A framework's connection object (Django's) stands for the library connection it wraps.
+        obj = native_transaction(tx)
+        driver: Driver = adapter_for_native(obj).sync_wrap_transaction(obj)
         return driver
 
     def _insert(self, driver: Driver, jobs: Sequence[PreparedJob]) -> list[JobHandle]:
