@@ -270,3 +270,29 @@ def test_worker_with_a_missing_attribute_names_it_and_the_registries_there(
         "pgqueue: error: module 'tests._sync.helpers' has no attribute 'registry': "
         "write the registry as module:attribute\n"
     )
+
+
+@pytest.mark.parametrize("mode", [MODES[0], MODES[2]], ids=lambda m: m.id)
+def test_demo_stopped_by_sigterm_drops_its_schema(
+    mode: Mode, database_url: str, db, tmp_path: Path
+) -> None:
+    log = tmp_path / "demo.log"
+    env = {**clean_env(), **dict(mode.env)}
+    args = ["demo", "--jobs", "5000", "--dsn", url_for(database_url, mode.scheme), *mode.args]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(pgqueue_cmd(*args), cwd=ROOT, env=env, stdout=out, stderr=out)
+    try:
+        wait_until(
+            lambda: proc.poll() is None and "workers started" in log.read_text(),
+            60,
+            interval=0.05,
+            what="the demo's workers started",
+        )
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 130, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert "interrupted" in log.read_text()
+    assert db.rows("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'pgqueue_demo%'") == []
