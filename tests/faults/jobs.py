@@ -77,14 +77,17 @@ class Work(pgqueue.Worker):
     spin: float = 0.0
     # os._exit() on attempts up to this one (the process dies mid-job, as in a segfault)
     exit_until_attempt: int = 0
+    # extra sleep on the first attempt (still running when the test gets round to faulting it)
+    first_sleep: float = 0.0
     blob: str = ""
 
     def process(self, ctx: pgqueue.JobContext) -> None:
         run_id = record_start(ctx, self.tag)
         if ctx.attempt <= self.exit_until_attempt:
             os._exit(7)
-        if self.sleep:
-            time.sleep(self.sleep)
+        sleep = self.sleep + (self.first_sleep if ctx.attempt == 1 else 0.0)
+        if sleep:
+            time.sleep(sleep)
         deadline = time.monotonic() + self.spin
         while time.monotonic() < deadline:
             sum(range(1000))  # pure Python, so the GIL is held and released only by the VM

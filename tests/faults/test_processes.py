@@ -144,10 +144,13 @@ def test_sigkill_after_process_returned_before_the_outcome_was_written(fleet: Fl
 def test_sigstop_past_the_heartbeat_threshold_then_sigcont(fleet: Fleet) -> None:
     stalled = fleet.start()
     fleet.wait_ready(stalled)
-    (job,) = fleet.add(1, sleep=1.0)
+    # the first run outlasts the other worker's start (seconds on a busy machine); the rerun
+    # takes a second
+    (job,) = fleet.add(1, sleep=1.0, first_sleep=5.0)
     wait_for(lambda: fleet.runs(job), 20, "the job started")
     other = fleet.start()
     fleet.wait_ready(other)
+    assert fleet.runs(job)[0][3] is None, "the job ended before the worker was stopped"
     fleet.signal(stalled, signal.SIGSTOP)
     start = time.monotonic()
     # rescued from the stalled process and completed by the other one
