@@ -116,13 +116,18 @@ def test_demo_in_every_driver_mode(mode: Mode, database_url: str, db) -> None:
 
 
 class WorkerProcess:
-    """One ``pgqueue worker`` process, its stderr in a file; killed if a test leaves it running."""
+    """One ``pgqueue worker`` process, its stderr (the log) in a file; killed if a test leaves it
+    running."""
 
     def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
         self.log = log
-        with open(log, "wb") as out:
+        with open(log, "wb") as err:
             self.proc = subprocess.Popen(
-                pgqueue_cmd("worker", *args), cwd=ROOT, env=env, stdout=out, stderr=out
+                pgqueue_cmd("worker", *args),
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
             )
 
     def text(self) -> str:
