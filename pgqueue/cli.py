@@ -14,8 +14,9 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from types import FrameType
+from typing import Any
 
 from ._async.client import AsyncClient
 from ._async.runtime import AsyncRuntime
@@ -221,7 +222,11 @@ def _run_worker(args: argparse.Namespace, settings: Settings) -> int:
     queues = parse_queues(args.queues)
     config = RuntimeConfig(**{name: getattr(args, name) for name in _RUNTIME_OPTIONS})
     if args.asyncio or asyncio_only(_url(args), args.driver):
-        return asyncio.run(_run_worker_async(args, settings, registry, queues, config))
+        return _run_asyncio(_run_worker_async(args, settings, registry, queues, config))
+    # The handlers go in first: a signal while connecting or starting is kept for the runtime.
+    stopper = _Stopper()
+    signal.signal(signal.SIGTERM, stopper.on_signal)
+    signal.signal(signal.SIGINT, stopper.on_signal)
     with Client.connect(args.dsn, driver=args.driver, registry=registry, settings=settings) as c:
         if args.migrate:
             c.migrate()
@@ -229,12 +234,16 @@ def _run_worker(args: argparse.Namespace, settings: Settings) -> int:
         _log_started(args, settings, queues, registry, "sync")
         runtime = c.runtime
         assert runtime is not None
-        stopper = _Stopper(runtime)
-        signal.signal(signal.SIGTERM, stopper.on_signal)
-        signal.signal(signal.SIGINT, stopper.on_signal)
+        stopper.attach(runtime)
         while not runtime.wait_stopping(0.5):
             pass
-        c.stop(0.0 if stopper.signals > 1 else None)
+        c.stop(0.0 if stopper.signals > 1 or runtime.fatal else None)
+    if runtime.fatal is not None:
+        raise runtime.fatal  # a job's SystemExit or KeyboardInterrupt ends the command
+    if stopper.signals > 1 or runtime.stuck_jobs:
+        # Job threads still running (stuck, or cut off by the second signal) must not hold up
+        # the exit: a thread of a job's own (asyncio.to_thread, a pool) would be joined.
+        _exit_now(0, runtime.stuck_jobs)
     return 0
 
 
@@ -266,11 +275,19 @@ def _log_started(
 
 
 class _Stopper:
-    """First SIGTERM/SIGINT: stop gracefully; a second one: stop now."""
+    """First SIGTERM/SIGINT: stop gracefully; a second one: stop now.
 
-    def __init__(self, runtime: Runtime | AsyncRuntime) -> None:
-        self.runtime = runtime
+    Installed before the runtime starts: a signal that comes first is passed on at ``attach``.
+    """
+
+    def __init__(self) -> None:
+        self.runtime: Runtime | AsyncRuntime | None = None
         self.signals = 0
+
+    def attach(self, runtime: Runtime | AsyncRuntime) -> None:
+        self.runtime = runtime
+        if self.signals:
+            runtime.request_stop(immediate=self.signals > 1)
 
     def on_signal(self, signum: int, frame: FrameType | None = None) -> None:
         self.signals += 1
@@ -279,7 +296,8 @@ class _Stopper:
             logging.getLogger("pgqueue").info("%s: stopping gracefully", name)
         else:
             logging.getLogger("pgqueue").warning("%s again: stopping now", name)
-        self.runtime.request_stop(immediate=self.signals > 1)
+        if self.runtime is not None:
+            self.runtime.request_stop(immediate=self.signals > 1)
 
 
 async def _run_worker_async(
@@ -288,7 +306,12 @@ async def _run_worker_async(
     registry: WorkerRegistry,
     queues: dict[str, int],
     config: RuntimeConfig,
-) -> int:
+) -> tuple[int, bool]:
+    # The handlers go in first: a signal while connecting or starting is kept for the runtime.
+    stopper = _Stopper()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopper.on_signal, sig)
     client = await AsyncClient.connect(
         args.dsn, driver=args.driver, registry=registry, settings=settings
     )
@@ -299,14 +322,59 @@ async def _run_worker_async(
         _log_started(args, settings, queues, registry, "asyncio")
         runtime = c.runtime
         assert runtime is not None
-        stopper = _Stopper(runtime)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stopper.on_signal, sig)
+        stopper.attach(runtime)
         while not await runtime.wait_stopping(0.5):
             pass
-        await c.stop(0.0 if stopper.signals > 1 else None)
-    return 0
+        await c.stop(0.0 if stopper.signals > 1 or runtime.fatal else None)
+    if runtime.fatal is not None:
+        raise runtime.fatal  # a job's SystemExit or KeyboardInterrupt ends the command
+    return 0, stopper.signals > 1
+
+
+# After an asyncio worker stopped, how long job tasks still there (a coroutine that swallows
+# its cancellation) get to end before the command exits without them.
+_EXIT_GRACE = 1.0
+
+
+def _run_asyncio(main: Coroutine[Any, Any, tuple[int, bool]]) -> int:
+    """``asyncio.run(main)``, except that job tasks left after a stop cannot hold up the exit.
+
+    ``main`` returns the exit status and whether the stop was immediate (a second signal).
+    ``asyncio.run`` cancels the tasks left at the end and waits for them, for ever if a
+    coroutine job swallows its cancellation: then not even a second SIGTERM would end the
+    process. Here leftover tasks get ``_EXIT_GRACE``, then the process exits without them;
+    after an immediate stop it exits at once, whatever job threads still run.
+    """
+    loop = asyncio.new_event_loop()
+    try:
+        code, immediate = loop.run_until_complete(main)
+        leftover = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in leftover:
+            task.cancel()
+        if leftover:
+            loop.run_until_complete(asyncio.wait(leftover, timeout=_EXIT_GRACE))
+        stuck = sum(not task.done() for task in leftover)
+        if stuck or immediate:
+            _exit_now(code, stuck)
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+    finally:
+        loop.close()
+    return code
+
+
+def _exit_now(code: int, stuck: int) -> None:
+    """Exit the process now, without waiting for job threads or tasks that are still there."""
+    if stuck:
+        logging.getLogger("pgqueue").warning(
+            "exiting with %d job run(s) still going (they ignore cancellation); their jobs "
+            "were recorded or handed back",
+            stuck,
+        )
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 async def _migrate_async(

@@ -258,17 +258,9 @@ def test_a_cancel_request_survives_the_death_of_its_worker(
 @pytest.mark.parametrize(
     ("runtime", "job", "expected_status"),
     [
+        pytest.param([], jobs.Interrupt(what="exit", code=3), 3, id="threads-SystemExit"),
         pytest.param(
-            [],
-            jobs.Interrupt(what="exit", code=3),
-            3,
-            id="threads-SystemExit",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the thread runtime swallows BaseException (JobPool._work stores it in a "
-                "future nobody reads) and hands the job back uncharged, so it runs again at "
-                "once, for ever, and the process never exits",
-            ),
+            [], jobs.AInterrupt(what="interrupt"), -signal.SIGINT, id="threads-KeyboardInterrupt"
         ),
         pytest.param(
             ["--asyncio"], jobs.Interrupt(what="exit", code=3), 3, id="asyncio-SystemExit"

@@ -214,7 +214,11 @@ class AsyncClient:
         *,
         config: RuntimeConfig | None = None,
     ) -> None:
-        """Start the workers and block until a stop is requested, then stop them."""
+        """Start the workers and block until a stop is requested, then stop them.
+
+        A ``KeyboardInterrupt`` or ``SystemExit`` raised by a job's ``process`` stops the
+        workers at once and is raised again from here once they have stopped.
+        """
         await self.start(queues, config=config)
         runtime = self._runtime
         assert runtime is not None
@@ -223,6 +227,8 @@ class AsyncClient:
                 pass
         finally:
             await self.stop(0.0 if runtime._immediate else None)
+        if runtime.fatal is not None:
+            raise runtime.fatal
 
     # -- inspecting and cancelling ------------------------------------------------------------
 

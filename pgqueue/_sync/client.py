@@ -216,7 +216,11 @@ class Client:
         *,
         config: RuntimeConfig | None = None,
     ) -> None:
-        """Start the workers and block until a stop is requested, then stop them."""
+        """Start the workers and block until a stop is requested, then stop them.
+
+        A ``KeyboardInterrupt`` or ``SystemExit`` raised by a job's ``process`` stops the
+        workers at once and is raised again from here once they have stopped.
+        """
         self.start(queues, config=config)
         runtime = self._runtime
         assert runtime is not None
@@ -225,6 +229,8 @@ class Client:
                 pass
         finally:
             self.stop(0.0 if runtime._immediate else None)
+        if runtime.fatal is not None:
+            raise runtime.fatal
 
     # -- inspecting and cancelling ------------------------------------------------------------
 

@@ -113,6 +113,7 @@ class Runtime:
             self._kinds,
         )
         self._stuck = StuckRuns()
+        self._fatal: BaseException | None = None
         # (queue, kind) of waiting jobs no live worker runs -> when last warned (monotonic)
         self._unknown_warned: dict[tuple[str, str], float] = {}
         self._stopping = Event()
@@ -148,6 +149,14 @@ class Runtime:
     def running_jobs(self) -> int:
         """How many jobs this instance is running now."""
         return len(self._running)
+
+    @property
+    def fatal(self) -> BaseException | None:
+        """The ``KeyboardInterrupt`` or ``SystemExit`` a job raised, which stopped this runtime.
+
+        ``run()`` and ``pgqueue worker`` raise it again once the runtime has stopped.
+        """
+        return self._fatal
 
     @property
     def stuck_jobs(self) -> int:
@@ -335,20 +344,36 @@ class Runtime:
 
     def _execute(self, running: Running) -> None:
         job = running.job
-        outcome = Outcome("release")  # if this task itself dies, hand the job back
+        # if this task itself dies, hand the job back; None: leave it to a rescue
+        outcome: Outcome | None = Outcome("release")
         try:
             try:
                 outcome = self._run(running)
             except Exception as exc:  # describing the job's error failed, say: still charged
                 outcome = outcome_for_error(job, exc, self.config)
             log_outcome(job, outcome)
+        except (KeyboardInterrupt, SystemExit) as exc:
+            # process() asked for the whole worker to end. As after a crash, its job gets no
+            # outcome (a rescue returns it, the attempt counted) and the worker stops at once;
+            # run() and `pgqueue worker` raise the exception again once it has stopped.
+            outcome = None
+            if self._fatal is None:
+                self._fatal = exc
+            logger.error(
+                "job %s (%s) raised %s: stopping this worker now; the job is left for a rescue",
+                job.id,
+                job.kind,
+                type(exc).__name__,
+            )
+            self.request_stop(immediate=True)
         finally:
             # Only while the job is still in _running: a shutdown that gave up on it has
             # already handed it back, and a late outcome must not follow.
             key = (job.id, job.lease)
             if self._running.pop(key, None) is not None:
                 self._active[job.queue].discard(key)
-                self._finish(job, outcome)
+                if outcome is not None:
+                    self._finish(job, outcome)
                 self._wake[job.queue].set()
 
     def _run(self, running: Running) -> Outcome:

@@ -59,8 +59,9 @@ _SQLALCHEMY_QUERY_KEYS = (
 )
 
 # Errors that statements and connection checkouts can raise: SQLAlchemy wraps the DBAPI's
-# errors, but its asyncpg dialect lets a failed connect's OSError through as it is.
-_DB_ERRORS = (sa_exc.DBAPIError, OSError)
+# errors, but its asyncpg dialect lets a failed connect's OSError through as it is, and a
+# pool with no connection free within its pool_timeout raises its own TimeoutError.
+_DB_ERRORS = (sa_exc.DBAPIError, sa_exc.TimeoutError, OSError)
 
 
 # -- placeholders -------------------------------------------------------------------------------

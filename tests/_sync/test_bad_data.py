@@ -318,3 +318,24 @@ def test_deeply_nested_arguments_are_refused_at_enqueue(
     with pytest.raises(pgqueue.JobSerializationError, match="nested too deeply"):
         client.add_job(Deep(value=deep))
     assert db.value(f"SELECT count(*) FROM {jobs_table}") == 0
+
+
+def test_system_exit_from_a_job_stops_run_and_is_raised_again(
+    worker: pgqueue.Client, db: Any, jobs_table: str, settings: pgqueue.Settings
+) -> None:
+    # Not swallowed: the worker stops at once and run() raises it; the job gets no outcome
+    # (its attempt counted, left for a rescue, as after a crash) and the instance is gone.
+    other = pgqueue.Client(worker.driver, settings=settings)
+    h = other.add_job(jobs.Interrupt(what="exit", code=7))
+    runner = pgqueue.Client(
+        worker.driver, registry=pgqueue.WorkerRegistry(jobs.Interrupt), settings=settings
+    )
+    with pytest.raises(SystemExit) as caught:
+        runner.run(config=FAST)
+    assert caught.value.code == 7
+    assert runner.runtime is None
+    assert db.rows(f"SELECT status, attempts FROM {jobs_table} WHERE id = $1", (h.id,)) == [
+        ("processing", 1)
+    ]
+    instances = f'"{settings.schema}"."{settings.prefix}instances"'
+    assert db.value(f"SELECT count(*) FROM {instances}") == 0
