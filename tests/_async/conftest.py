@@ -1,4 +1,6 @@
-"""Driver and client fixtures for the asyncio suite (the sync suite's are generated from these).
+"""Driver and client fixtures, written for the asyncio suite in tests/_async/conftest.py.
+
+The sync suite's, in tests/_sync/conftest.py, are generated from these.
 
 ``driver`` is parametrized over every way an adapter can be built; an adapter joins the
 conformance suite and every feature test by adding its modes to ``DRIVER_MODES``. Modes of
