@@ -3,7 +3,8 @@
 """The worker runtime: claim, run, retry, heartbeat, lead, shut down.
 
 Written once, for asyncio, in pgqueue/_async/runtime.py; the runtime on threads in
-pgqueue/_sync/runtime.py is generated from it. One runtime per client, started by ``client.start()``. It runs:
+pgqueue/_sync/runtime.py is generated from it. One runtime per client, started by
+``client.start()``. It runs:
 
 - one fetch loop per queue, claiming up to the queue's free slots in one statement;
 - one flusher, which writes how jobs ended in batches: a job's slot is free for the next claim
