@@ -322,6 +322,9 @@ def test_autocommit_engine_is_refused_for_transactions(database_url: str) -> Non
         driver = SQLAlchemyDriver(engine)
         with pytest.raises(pgqueue.ConfigurationError, match="AUTOCOMMIT"), driver.with_tx():
             pass
+        # and so for a single statement, although pgqueue runs those in autocommit itself
+        with pytest.raises(pgqueue.ConfigurationError, match="AUTOCOMMIT"):
+            driver.exec("SELECT 1")
     finally:
         engine.dispose()
 
@@ -485,3 +488,49 @@ def test_other_databases_are_refused() -> None:
     with pytest.raises(pgqueue.ConfigurationError, match="needs PostgreSQL"):
         SQLAlchemyDriver(engine)
     engine.dispose()
+
+
+# -- one statement, one round trip -------------------------------------------------------------
+
+# In autocommit a statement is its own transaction, which starts with it: now() (the
+# transaction's start) equals statement_timestamp(). Inside BEGIN ... COMMIT, sent in separate
+# round trips, the statement starts later than its transaction.
+ALONE = "SELECT now() = statement_timestamp()"
+
+
+@pytest.mark.parametrize("dialect", ["psycopg"])
+def test_an_engine_statement_is_not_left_inside_an_open_transaction(
+    database_url: str, dialect: str
+) -> None:
+    # A process stopped between the round trips of BEGIN, statement and COMMIT would hold the
+    # statement's locks (its instance row) and block the leader's rescue of its jobs.
+    engine = create_engine(sa_url(database_url, dialect))
+    try:
+        driver = SQLAlchemyDriver(engine)
+        assert [driver.query(ALONE)[0][0] for _ in range(5)] == [True] * 5
+        with driver.with_tx() as tx:  # a real transaction still spans its statements
+            tx.query("SELECT 1")
+            assert tx.query(ALONE)[0][0] is False
+        with engine.connect() as conn:  # the pool got its connections back as they were
+            assert conn.get_isolation_level() != "AUTOCOMMIT"
+    finally:
+        engine.dispose()
+
+
+# psycopg only: asyncpg prepares each statement in a round trip of its own, after which
+# statement_timestamp() no longer equals now() even in autocommit (same code path, though).
+@pytest.mark.parametrize("dialect", ["psycopg"])
+async def test_an_async_engine_statement_is_not_left_inside_an_open_transaction(
+    database_url: str, dialect: str
+) -> None:
+    engine = create_async_engine(sa_url(database_url, dialect))
+    try:
+        driver = AsyncSQLAlchemyDriver(engine)
+        assert [(await driver.query(ALONE))[0][0] for _ in range(5)] == [True] * 5
+        async with driver.with_tx() as tx:
+            await tx.query("SELECT 1")
+            assert (await tx.query(ALONE))[0][0] is False
+        async with engine.connect() as conn:
+            assert await conn.get_isolation_level() != "AUTOCOMMIT"
+    finally:
+        await engine.dispose()

@@ -396,7 +396,20 @@ class AsyncSQLAlchemyDriver:
                 raise translate_error(exc) from exc
 
     async def _statement(self, sql: str, params: Params, fetch: bool) -> list[Row]:
-        async with self._transaction() as conn:
+        if self._engine is None:
+            # a caller's connection: its isolation level is not ours to change
+            async with self._transaction() as conn:
+                return await _run(conn, sql, params, fetch)
+        async with self._idle_connection() as conn:
+            # One statement commits on its own (AUTOCOMMIT, reset when the connection goes back
+            # to the pool), as on the other drivers' pools: one round trip instead of three,
+            # and no transaction left open between round trips, where a process that stalls
+            # (SIGSTOP, swapped out) would hold its locks and block the leader's rescue.
+            try:
+                await _refuse_autocommit(conn)  # the engine's own setting: see with_tx
+                await conn.execution_options(isolation_level="AUTOCOMMIT")
+            except _DB_ERRORS as exc:
+                raise translate_error(exc) from exc
             return await _run(conn, sql, params, fetch)
 
     async def exec(self, sql: str, params: Params = ()) -> None:

@@ -61,33 +61,31 @@ def info(client: pgqueue.Client, job_id: int) -> pgqueue.JobInfo:
 
 
 @pytest.mark.parametrize("cls", [hj.RaiseText, hj.ARaiseText], ids=["sync", "async"])
-@pytest.mark.parametrize(
-    ("text", "stored"),
-    [("a<NUL>b", "a\\x00b"), ("x<SURROGATE>y", "x\\ud800y")],
-    ids=["nul", "lone-surrogate"],
-)
 def test_unstorable_error_text_is_escaped_and_others_are_recorded(
     worker: pgqueue.Client,
     db: Any,
     jobs_table: str,
     token: str,
     cls: type[pgqueue.Worker],
-    text: str,
-    stored: str,
 ) -> None:
-    # The odd job ends in the same flush as twenty plain ones: none of them may stay behind.
-    bad = worker.add_job(cls(token=token, text=text), max_attempts=1)  # type: ignore[call-arg]
+    # The odd jobs end in the same flushes as twenty plain ones: none of them may stay behind.
+    cases = {"a<NUL>b": "a\\x00b", "x<SURROGATE>y": "x\\ud800y"}
+    bad = {
+        stored: worker.add_job(cls(token=token, text=text), max_attempts=1)  # type: ignore[call-arg]
+        for text, stored in cases.items()
+    }
     worker.add_jobs([jobs.Record(token=token, n=i) for i in range(20)])
     worker.start({"default": 10}, config=FAST)
     wait_until(
-        lambda: counts(db, jobs_table) == {"completed": 20, "failed": 1}, what="all recorded"
+        lambda: counts(db, jobs_table) == {"completed": 20, "failed": 2}, what="all recorded"
     )
-    failed = info(worker, bad.id)
-    assert failed.last_error == f"RuntimeError: {stored}"
-    assert failed.attempts == 1
-    assert [e["error"] for e in failed.errors] == [f"RuntimeError: {stored}"]
-    assert stored in failed.errors[0]["traceback"]
-    assert len(hj.RUNS[token]) == 1
+    for stored, handle in bad.items():
+        failed = info(worker, handle.id)
+        assert failed.last_error == f"RuntimeError: {stored}"
+        assert failed.attempts == 1
+        assert [e["error"] for e in failed.errors] == [f"RuntimeError: {stored}"]
+        assert stored in failed.errors[0]["traceback"]
+    assert len(hj.RUNS[token]) == 2
 
 
 @pytest.mark.parametrize("cls", [hj.RaiseUnprintable, hj.ARaiseUnprintable], ids=["sync", "async"])
@@ -104,21 +102,24 @@ def test_exception_whose_str_raises_is_a_charged_failure(
     assert [a for _, a in hj.RUNS[token]] == [1, 2]  # charged each time: no loop
 
 
-@pytest.mark.parametrize(
-    "options",
-    ["[]", "null", '"x"', '{"backoff": "x"}', '{"timeout": -1}', '{"timeout": true}'],
-)
+BAD_OPTIONS = ["[]", "null", '"x"', '{"backoff": "x"}', '{"timeout": -1}', '{"timeout": true}']
+
+
 def test_unreadable_stored_options_fail_the_job_once(
-    worker: pgqueue.Client, db: Any, jobs_table: str, token: str, options: str
+    worker: pgqueue.Client, db: Any, jobs_table: str, token: str
 ) -> None:
-    h = worker.add_job(hj.RaiseText(token=token, text="never runs"), max_attempts=5)
-    db.rows(f"UPDATE {jobs_table} SET options = $1::jsonb WHERE id = $2", (options, h.id))
+    handles = []
+    for options in BAD_OPTIONS:
+        h = worker.add_job(hj.RaiseText(token=token, text="never runs"), max_attempts=5)
+        db.rows(f"UPDATE {jobs_table} SET options = $1::jsonb WHERE id = $2", (options, h.id))
+        handles.append(h)
     worker.start(config=FAST)
-    wait_until(lambda: counts(db, jobs_table) == {"failed": 1}, what="failed")
-    failed = info(worker, h.id)
-    assert failed.attempts == 1
-    assert failed.last_error is not None
-    assert failed.last_error.startswith("cannot read the job's stored options: ")
+    wait_until(lambda: counts(db, jobs_table) == {"failed": len(BAD_OPTIONS)}, what="failed")
+    for h in handles:
+        failed = info(worker, h.id)
+        assert failed.attempts == 1
+        assert failed.last_error is not None
+        assert failed.last_error.startswith("cannot read the job's stored options: ")
     assert hj.RUNS[token] == []  # never ran
 
 

@@ -14,9 +14,8 @@ import threading
 class Proxy:
     """Forwards 127.0.0.1:<port> to PostgreSQL; ``drop_replies`` and ``cut()`` break it.
 
-    ``drop_replies``: ``None`` forwards everything; ``"all"`` loses every reply from now on;
-    ``"commits"`` loses, per connection, the reply to the next COMMIT and all that follows it
-    (a transaction that committed on the server, whose client never learns it).
+    ``drop_replies``: ``None`` forwards everything; ``"all"`` loses every reply from now on
+    (a statement that committed on the server, whose client never learns it).
     """
 
     def __init__(self, target: tuple[str, int] = ("127.0.0.1", 5432)) -> None:
@@ -46,17 +45,10 @@ class Proxy:
             threading.Thread(target=self._pump, args=(server, client, True), daemon=True).start()
 
     def _pump(self, src: socket.socket, dst: socket.socket, reply: bool) -> None:
-        lost = False
         try:
             while data := src.recv(65536):
-                if reply:
-                    mode = self.drop_replies
-                    if mode is None:
-                        lost = False
-                    elif mode == "all" or (mode == "commits" and b"COMMIT\x00" in data):
-                        lost = True
-                    if lost:
-                        continue  # the reply is lost on the way
+                if reply and self.drop_replies == "all":
+                    continue  # the reply is lost on the way
                 dst.sendall(data)
         except OSError:
             pass
