@@ -16,6 +16,7 @@ from typing import Any
 
 import asyncpg  # async-only
 import pytest
+import sqlalchemy.ext.asyncio as sa_asyncio  # async-only
 from psycopg import AsyncConnection
 from sqlalchemy.ext.asyncio import AsyncSession  # sync: from sqlalchemy.orm import Session
 
@@ -41,7 +42,12 @@ NATIVE_KINDS = [
     "sqlalchemy-session",
     "asyncpg-connection",  # async-only
 ]
-AUTOCOMMIT_KINDS = ["psycopg", "sqlalchemy-connection", "sqlalchemy-session"]
+AUTOCOMMIT_KINDS = [
+    "psycopg",
+    "sqlalchemy-connection",
+    "sqlalchemy-session",
+    "sqlalchemy-asyncpg-session",  # async-only
+]
 
 
 @pytest.fixture(params=NATIVE_KINDS)
@@ -63,6 +69,12 @@ async def autocommit(kind: str, url: str) -> AsyncIterator[Any]:
             await conn.close()
         return
     engine = sqlalchemy_engine(url, isolation_level="AUTOCOMMIT")
+    # async-only: begin
+    if kind == "sqlalchemy-asyncpg-session":
+        await engine.dispose()
+        asyncpg_url = url.replace("postgresql://", "postgresql+asyncpg://", 1)
+        engine = sa_asyncio.create_async_engine(asyncpg_url, isolation_level="AUTOCOMMIT")
+    # async-only: end
     try:
         if kind == "sqlalchemy-connection":
             async with engine.connect() as sa_conn:

@@ -41,7 +41,11 @@ NATIVE_KINDS = [
     "sqlalchemy-connection",
     "sqlalchemy-session",
 ]
-AUTOCOMMIT_KINDS = ["psycopg", "sqlalchemy-connection", "sqlalchemy-session"]
+AUTOCOMMIT_KINDS = [
+    "psycopg",
+    "sqlalchemy-connection",
+    "sqlalchemy-session",
+]
 
 
 @pytest.fixture(params=NATIVE_KINDS)
