@@ -36,26 +36,12 @@ class Digest(pgqueue.Worker):
     def process(self, ctx: pgqueue.JobContext) -> None: ...
 
 
-NATIVE_KINDS = [
-    "psycopg-connection",
-    "sqlalchemy-connection",
-    "sqlalchemy-session",
-    "asyncpg-connection",  # async-only
-]
 AUTOCOMMIT_KINDS = [
     "psycopg",
     "sqlalchemy-connection",
     "sqlalchemy-session",
     "sqlalchemy-asyncpg-session",  # async-only
 ]
-
-
-@pytest.fixture(params=NATIVE_KINDS)
-async def native(request: pytest.FixtureRequest, database_url: str) -> AsyncIterator[Native]:
-    n = Native(request.param, database_url)
-    await n.open()
-    yield n
-    await n.close()
 
 
 @asynccontextmanager
@@ -143,26 +129,26 @@ async def test_refused_job_id_on_an_autocommit_connection_leaves_nothing(
 
 
 async def test_refused_unique_job_in_a_caller_transaction_leaves_it_usable(
-    client: pgqueue.AsyncClient, native: Native, db: Any, jobs_table: str, audited: str
+    client: pgqueue.AsyncClient, native_tx: Native, db: Any, jobs_table: str, audited: str
 ) -> None:
     first = await client.add_job(Digest(user=1), unique=HOUR)
-    await native.begin()
+    await native_tx.begin()
     with pytest.raises(pgqueue.DuplicateJob):
-        await client.add_job_with_tx(native.obj, Digest(user=1), unique=HOUR)
-    kept = await client.add_job_with_tx(native.obj, Digest(user=2), unique=HOUR)
-    await native.commit()
+        await client.add_job_with_tx(native_tx.obj, Digest(user=1), unique=HOUR)
+    kept = await client.add_job_with_tx(native_tx.obj, Digest(user=2), unique=HOUR)
+    await native_tx.commit()
     assert db.rows(f"SELECT id FROM {jobs_table} ORDER BY id") == [(first.id,), (kept.id,)]
     assert db.rows(f"SELECT job_id FROM {audited} ORDER BY job_id") == [(first.id,), (kept.id,)]
 
 
 async def test_failed_add_jobs_with_tx_leaves_nothing_in_the_caller_transaction(
-    client: pgqueue.AsyncClient, native: Native, db: Any, jobs_table: str, poisoned: None
+    client: pgqueue.AsyncClient, native_tx: Native, db: Any, jobs_table: str, poisoned: None
 ) -> None:
-    await native.begin()
-    before = await client.add_job_with_tx(native.obj, Digest(user=0))
+    await native_tx.begin()
+    before = await client.add_job_with_tx(native_tx.obj, Digest(user=0))
     with pytest.raises(pgqueue.DatabaseError) as caught:
         await client.add_jobs_with_tx(
-            native.obj,
+            native_tx.obj,
             [
                 Digest(user=1),  # plain: inserted first, in bulk
                 (Digest(user=2), pgqueue.JobOptions(job_id="d-2")),
@@ -170,8 +156,8 @@ async def test_failed_add_jobs_with_tx_leaves_nothing_in_the_caller_transaction(
             ],
         )
     assert caught.value.sqlstate == "23514"  # check_violation
-    after = await client.add_job_with_tx(native.obj, Digest(user=4))  # still usable
-    await native.commit()
+    after = await client.add_job_with_tx(native_tx.obj, Digest(user=4))  # still usable
+    await native_tx.commit()
     assert db.rows(f"SELECT id FROM {jobs_table} ORDER BY id") == [(before.id,), (after.id,)]
 
 
@@ -214,16 +200,21 @@ async def test_unique_ttl_of_a_job_due_in_the_past_counts_from_now(
     ids=["lone-surrogate", "nul"],
 )
 async def test_job_id_the_database_cannot_store_is_refused_before_any_sql(
-    client: pgqueue.AsyncClient, native: Native, db: Any, jobs_table: str, job_id: str, match: str
+    client: pgqueue.AsyncClient,
+    native_tx: Native,
+    db: Any,
+    jobs_table: str,
+    job_id: str,
+    match: str,
 ) -> None:
     with pytest.raises(pgqueue.InvalidJobOptions, match=match):
         await client.add_job(Digest(user=1), job_id=job_id)
-    await native.begin()
+    await native_tx.begin()
     with pytest.raises(pgqueue.InvalidJobOptions, match=match):
         await client.add_jobs_with_tx(
-            native.obj, [Digest(user=2), (Digest(user=3), pgqueue.JobOptions(job_id=job_id))]
+            native_tx.obj, [Digest(user=2), (Digest(user=3), pgqueue.JobOptions(job_id=job_id))]
         )
-    await native.commit()
+    await native_tx.commit()
     assert db.value(f"SELECT count(*) FROM {jobs_table}") == 0
 
 

@@ -36,24 +36,11 @@ class Digest(pgqueue.Worker):
     def process(self, ctx: pgqueue.JobContext) -> None: ...
 
 
-NATIVE_KINDS = [
-    "psycopg-connection",
-    "sqlalchemy-connection",
-    "sqlalchemy-session",
-]
 AUTOCOMMIT_KINDS = [
     "psycopg",
     "sqlalchemy-connection",
     "sqlalchemy-session",
 ]
-
-
-@pytest.fixture(params=NATIVE_KINDS)
-def native(request: pytest.FixtureRequest, database_url: str) -> Iterator[Native]:
-    n = Native(request.param, database_url)
-    n.open()
-    yield n
-    n.close()
 
 
 @contextmanager
@@ -133,26 +120,26 @@ def test_refused_job_id_on_an_autocommit_connection_leaves_nothing(
 
 
 def test_refused_unique_job_in_a_caller_transaction_leaves_it_usable(
-    client: pgqueue.Client, native: Native, db: Any, jobs_table: str, audited: str
+    client: pgqueue.Client, native_tx: Native, db: Any, jobs_table: str, audited: str
 ) -> None:
     first = client.add_job(Digest(user=1), unique=HOUR)
-    native.begin()
+    native_tx.begin()
     with pytest.raises(pgqueue.DuplicateJob):
-        client.add_job_with_tx(native.obj, Digest(user=1), unique=HOUR)
-    kept = client.add_job_with_tx(native.obj, Digest(user=2), unique=HOUR)
-    native.commit()
+        client.add_job_with_tx(native_tx.obj, Digest(user=1), unique=HOUR)
+    kept = client.add_job_with_tx(native_tx.obj, Digest(user=2), unique=HOUR)
+    native_tx.commit()
     assert db.rows(f"SELECT id FROM {jobs_table} ORDER BY id") == [(first.id,), (kept.id,)]
     assert db.rows(f"SELECT job_id FROM {audited} ORDER BY job_id") == [(first.id,), (kept.id,)]
 
 
 def test_failed_add_jobs_with_tx_leaves_nothing_in_the_caller_transaction(
-    client: pgqueue.Client, native: Native, db: Any, jobs_table: str, poisoned: None
+    client: pgqueue.Client, native_tx: Native, db: Any, jobs_table: str, poisoned: None
 ) -> None:
-    native.begin()
-    before = client.add_job_with_tx(native.obj, Digest(user=0))
+    native_tx.begin()
+    before = client.add_job_with_tx(native_tx.obj, Digest(user=0))
     with pytest.raises(pgqueue.DatabaseError) as caught:
         client.add_jobs_with_tx(
-            native.obj,
+            native_tx.obj,
             [
                 Digest(user=1),  # plain: inserted first, in bulk
                 (Digest(user=2), pgqueue.JobOptions(job_id="d-2")),
@@ -160,8 +147,8 @@ def test_failed_add_jobs_with_tx_leaves_nothing_in_the_caller_transaction(
             ],
         )
     assert caught.value.sqlstate == "23514"  # check_violation
-    after = client.add_job_with_tx(native.obj, Digest(user=4))  # still usable
-    native.commit()
+    after = client.add_job_with_tx(native_tx.obj, Digest(user=4))  # still usable
+    native_tx.commit()
     assert db.rows(f"SELECT id FROM {jobs_table} ORDER BY id") == [(before.id,), (after.id,)]
 
 
@@ -204,14 +191,19 @@ def test_unique_ttl_of_a_job_due_in_the_past_counts_from_now(
     ids=["lone-surrogate", "nul"],
 )
 def test_job_id_the_database_cannot_store_is_refused_before_any_sql(
-    client: pgqueue.Client, native: Native, db: Any, jobs_table: str, job_id: str, match: str
+    client: pgqueue.Client,
+    native_tx: Native,
+    db: Any,
+    jobs_table: str,
+    job_id: str,
+    match: str,
 ) -> None:
     with pytest.raises(pgqueue.InvalidJobOptions, match=match):
         client.add_job(Digest(user=1), job_id=job_id)
-    native.begin()
+    native_tx.begin()
     with pytest.raises(pgqueue.InvalidJobOptions, match=match):
         client.add_jobs_with_tx(
-            native.obj, [Digest(user=2), (Digest(user=3), pgqueue.JobOptions(job_id=job_id))]
+            native_tx.obj, [Digest(user=2), (Digest(user=3), pgqueue.JobOptions(job_id=job_id))]
         )
-    native.commit()
+    native_tx.commit()
     assert db.value(f"SELECT count(*) FROM {jobs_table}") == 0
