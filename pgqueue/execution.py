@@ -328,12 +328,10 @@ def describe_error(exc: BaseException) -> str:
     name = _type_name(exc)
     try:
         text = str(exc)
-        if not isinstance(text, str):  # pragma: no cover - str() always returns a str
-            raise TypeError("__str__ returned a non-string")
     except Exception as inner:
         text = f"<str() of the exception failed: {_type_name(inner)}>"
     described = f"{name}: {text}" if text else name
-    return storable_text(described[:_MAX_MESSAGE_CHARS])
+    return storable_text(described)[:_MAX_MESSAGE_CHARS]
 
 
 def _traceback_text(exc: BaseException) -> str:
@@ -341,7 +339,7 @@ def _traceback_text(exc: BaseException) -> str:
         text = "".join(traceback.format_exception(exc))
     except Exception as inner:
         text = f"<the traceback could not be formatted: {_type_name(inner)}>"
-    return storable_text(text[-_MAX_TRACEBACK_CHARS:])
+    return storable_text(text)[-_MAX_TRACEBACK_CHARS:]
 
 
 def _error_json(job: ClaimedJob, message: str, exc: BaseException | None) -> str:
@@ -391,7 +389,7 @@ def _outcome_for_error(job: ClaimedJob, exc: BaseException, config: RuntimeConfi
     if isinstance(exc, Retry):
         return Outcome("snooze", delay=max(exc.in_.total_seconds(), 0.0))
     if isinstance(exc, Cancel | Discard):
-        reason = storable_text(str(exc.reason)[:_MAX_MESSAGE_CHARS])
+        reason = storable_text(str(exc.reason))[:_MAX_MESSAGE_CHARS]
         action: Action = "cancel" if isinstance(exc, Cancel) else "fail"
         return Outcome(action, message=reason, error=_error_json(job, reason, None))
     if job.stop_reason == "cancel":
