@@ -22,7 +22,7 @@ from ._async.client import AsyncClient
 from ._async.runtime import AsyncRuntime
 from ._sync.client import Client
 from ._sync.runtime import Runtime
-from .drivers import asyncio_only, describe_driver
+from .adapter_registry import asyncio_only, describe_driver
 from .errors import ConfigurationError, PgQueueError
 from .jobs import WorkerRegistry
 from .queries import migrations_script

@@ -27,7 +27,7 @@ from typing import Any
 
 from ._async.client import AsyncClient
 from ._sync.client import Client
-from .drivers import asyncio_only
+from .adapter_registry import asyncio_only
 from .errors import ConfigurationError
 from .jobs import JobContext, JobHandle, Worker, WorkerRegistry
 from .options import JobOptions

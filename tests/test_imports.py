@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import pgqueue
-from pgqueue.drivers import DRIVER_ENV_VAR, driver_names, resolve_driver_name
+from pgqueue.adapter_registry import DRIVER_ENV_VAR, driver_names, resolve_driver_name
 
 REPO = Path(__file__).resolve().parent.parent
 DRIVER_LIBRARIES = ("psycopg", "psycopg_pool", "asyncpg", "sqlalchemy")
@@ -91,7 +91,7 @@ assert not loaded, f"pgqueue imported database libraries: {{loaded}}"
     expected = {
         "pgqueue",
         "pgqueue.cli",
-        "pgqueue.drivers",
+        "pgqueue.adapter_registry",
         "pgqueue.enqueue",
         "pgqueue.jobs",
         "pgqueue.queries",

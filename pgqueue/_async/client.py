@@ -14,7 +14,12 @@ from typing import Literal
 
 from typing_extensions import Unpack
 
-from ..drivers import adapter_for_native, load_adapter, native_transaction, resolve_driver_name
+from ..adapter_registry import (
+    adapter_for_native,
+    load_adapter,
+    native_transaction,
+    resolve_driver_name,
+)
 from ..enqueue import (
     COPY_COLUMNS,
     PreparedJob,

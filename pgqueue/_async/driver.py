@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, runtime_checkable
 
-from ..drivers import Notification, Params, Row
+from ..adapter_registry import Notification, Params, Row
 from ..errors import ConfigurationError
 
 __all__ = [

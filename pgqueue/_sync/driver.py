@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
-from ..drivers import Notification, Params, Row
+from ..adapter_registry import Notification, Params, Row
 from ..errors import ConfigurationError
 
 __all__ = [

@@ -18,7 +18,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from pgqueue._async.driver import AsyncTxDriverBase
-from pgqueue.drivers import (
+from pgqueue.adapter_registry import (
     LOCK_IDLE_TIMEOUT_SQL,
     LOST_SQLSTATES,
     Notification,

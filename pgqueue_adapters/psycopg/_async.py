@@ -20,7 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgqueue._async.compat import Lock
 from pgqueue._async.driver import AsyncTxDriverBase
-from pgqueue.drivers import (
+from pgqueue.adapter_registry import (
     LOCK_IDLE_TIMEOUT_SQL,
     LOST_SQLSTATES,
     Notification,

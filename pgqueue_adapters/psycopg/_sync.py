@@ -21,7 +21,7 @@ from psycopg_pool import ConnectionPool
 
 from pgqueue._sync.compat import Lock
 from pgqueue._sync.driver import TxDriverBase
-from pgqueue.drivers import (
+from pgqueue.adapter_registry import (
     LOCK_IDLE_TIMEOUT_SQL,
     LOST_SQLSTATES,
     Notification,

@@ -28,7 +28,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from pgqueue._async.compat import Lock
 from pgqueue._async.driver import AsyncAdvisoryLock, AsyncListener, AsyncTxDriverBase
-from pgqueue.drivers import LOST_SQLSTATES, Params, Row, load_adapter
+from pgqueue.adapter_registry import LOST_SQLSTATES, Params, Row, load_adapter
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError, DriverNotInstalled
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from pgqueue._sync.compat import Lock
 from pgqueue._sync.driver import AdvisoryLock, Listener, TxDriverBase
-from pgqueue.drivers import LOST_SQLSTATES, Params, Row, load_adapter
+from pgqueue.adapter_registry import LOST_SQLSTATES, Params, Row, load_adapter
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError, DriverNotInstalled
 
 if TYPE_CHECKING:
