@@ -9,26 +9,20 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from .errors import JobSerializationError, PayloadTooLarge, UnknownJobKind
-from .jobs import JobHandle, Worker, WorkerRegistry
+from .jobs import Worker, WorkerRegistry
 from .names import validate_kind
 from .options import JobOptionKwargs, JobOptions, ResolvedOptions
 from .settings import Settings
 
 __all__ = [
-    "COPY_COLUMNS",
     "PreparedJob",
     "call_options",
-    "copy_records",
     "encode_payload",
-    "handles_for_records",
-    "handles_from_rows",
-    "insert_many_params",
     "prepare",
 ]
 
@@ -41,7 +35,7 @@ _ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(","
 
 @dataclass(slots=True)
 class PreparedJob:
-    """A validated job, ready to bind to ``job_insert``."""
+    """A validated job, ready for the store to insert (``store_codec.insert_params``)."""
 
     kind: str
     queue: str
@@ -59,20 +53,6 @@ class PreparedJob:
     def keyed(self) -> bool:
         """True when the job needs the conflict-aware insert (``job_id`` or ``unique``)."""
         return self.key is not None or self.unique_key is not None
-
-    def params(self) -> tuple[Any, ...]:
-        """Return the parameters of ``job_insert`` in order."""
-        return (
-            self.kind,
-            self.queue,
-            self.payload,
-            self.priority,
-            self.max_attempts,
-            self.run_at,
-            self.run_in,
-            self.key,
-            self.options,
-        )
 
 
 def encode_payload(job: Worker, settings: Settings) -> str:
@@ -223,85 +203,6 @@ def unique_key_for(queue: str, kind: str, payload: str) -> str:
     canonical = json.dumps(json.loads(payload), sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(f"{queue}\x00{kind}\x00{canonical}".encode()).hexdigest()
     return f"{queue}:{kind}:{digest}"
-
-
-def insert_many_params(jobs: Sequence[PreparedJob]) -> tuple[list[Any], ...]:
-    """Return the array parameters of ``job_insert_many`` for ``jobs`` (one array per column)."""
-    columns: tuple[list[Any], ...] = tuple([] for _ in range(9))
-    for job in jobs:
-        for column, value in zip(columns, job.params(), strict=True):
-            column.append(value)
-    return columns
-
-
-COPY_COLUMNS = (
-    "id",
-    "kind",
-    "queue",
-    "payload",
-    "priority",
-    "max_attempts",
-    "scheduled_for",
-    "key",
-    "options",
-)
-
-
-def copy_records(
-    jobs: Sequence[PreparedJob], ids: Sequence[int], now: datetime
-) -> list[tuple[Any, ...]]:
-    """Rows for a bulk COPY, in ``COPY_COLUMNS`` order.
-
-    ``ids`` and ``now`` come from ``job_reserve_ids``: the ids in input order, and the database
-    clock that ``run_in`` counts from, as the INSERT statements do.
-    """
-    ids = sorted(ids)
-    return [
-        (
-            job_id,
-            job.kind,
-            job.queue,
-            job.payload,
-            job.priority,
-            job.max_attempts,
-            job.run_at
-            if job.run_at is not None
-            else (now if not job.run_in else now + timedelta(seconds=job.run_in)),
-            job.key,
-            job.options,
-        )
-        for job, job_id in zip(jobs, ids, strict=True)
-    ]
-
-
-def handles_for_records(
-    jobs: Sequence[PreparedJob], records: Sequence[tuple[Any, ...]]
-) -> list[JobHandle]:
-    """Return the handles of jobs loaded by COPY from ``copy_records``'s rows (same order)."""
-    new = JobHandle.unchecked
-    return [
-        new(record[0], job.kind, job.queue, record[6], job.key)
-        for job, record in zip(jobs, records, strict=True)
-    ]
-
-
-def handles_from_rows(
-    jobs: Sequence[PreparedJob], rows: Sequence[Sequence[Any]]
-) -> list[JobHandle]:
-    """Pair inserted jobs with the ``(id, scheduled_for)`` rows their insert returned.
-
-    PostgreSQL does not promise that RETURNING follows the input order, but ids are drawn in
-    input order (the insert consumes its ORDER BY'd rows one by one), so sorting by id restores
-    it.
-    """
-    if len(rows) != len(jobs):
-        raise RuntimeError(f"inserted {len(rows)} rows for {len(jobs)} jobs")
-    rows = sorted(rows, key=lambda row: int(row[0]))
-    new = JobHandle.unchecked
-    return [
-        new(row[0], job.kind, job.queue, row[1], job.key)
-        for job, row in zip(jobs, rows, strict=True)
-    ]
 
 
 def call_options(options: JobOptions | None, keywords: JobOptionKwargs) -> JobOptions | None:

@@ -14,7 +14,7 @@ import random
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -35,7 +35,6 @@ __all__ = [
     "StuckRuns",
     "backoff_delay",
     "describe_error",
-    "finish_params",
     "is_coroutine_function",
     "is_data_refusal",
     "log_outcome",
@@ -43,9 +42,8 @@ __all__ = [
     "outcome_for_error",
     "outcome_unrecordable",
     "outcome_unrunnable",
-    "parse_claimed",
+    "read_options",
     "signal_stop",
-    "split_claim_rows",
     "storable_text",
 ]
 
@@ -187,8 +185,11 @@ def _number(options: dict[str, Any], name: str, *, allow_zero: bool) -> float | 
     return float(value)
 
 
-def _read_options(job: ClaimedJob, text: str | None) -> None:
-    """Set ``job``'s runtime options from the ``options`` column, or ``options_error``."""
+def read_options(job: ClaimedJob, text: str | None) -> None:
+    """Set ``job``'s runtime options from its stored ``options`` text, or ``options_error``.
+
+    Never raises: options that cannot be read make the job fail unrun (``outcome_unrunnable``).
+    """
     if not text or text == "{}":  # almost every job: skip the parser
         return
     try:
@@ -200,64 +201,6 @@ def _read_options(job: ClaimedJob, text: str | None) -> None:
         job.backoff_max = _number(options, "backoff_max", allow_zero=False)
     except (ValueError, RecursionError) as exc:  # json.JSONDecodeError is a ValueError
         job.options_error = f"cannot read the job's stored options: {exc}"
-
-
-def parse_claimed(row: Sequence[Any], lease: Any, queue: str) -> ClaimedJob:
-    """Read one job row returned by ``job_claim`` (the queue is the one claimed from).
-
-    Never raises for what the row holds: options it cannot read end up in ``options_error``.
-    """
-    job_id, kind, payload, attempts, max_attempts, scheduled_for, options, priority, key = row[:9]
-    job = ClaimedJob(
-        id=job_id,
-        kind=kind,
-        queue=queue,
-        payload_text=payload,
-        attempt=attempts,
-        max_attempts=max_attempts,
-        scheduled_for=scheduled_for,
-        priority=priority,
-        lease=lease,
-        job_id=key,
-    )
-    _read_options(job, options)
-    return job
-
-
-def split_claim_rows(
-    rows: Sequence[Sequence[Any]],
-) -> tuple[Sequence[Sequence[Any]], float | None]:
-    """Split ``job_claim``'s rows into the job rows and the seconds until the next due job.
-
-    The last row carries the next due time (id NULL) only when the claim filled fewer slots
-    than asked; then it is ``None`` when no scheduled job is waiting.
-    """
-    if rows and rows[-1][0] is None:
-        due = rows[-1][-1]
-        return rows[:-1], None if due is None else float(due)
-    return rows, None
-
-
-def finish_params(batch: Sequence[tuple[ClaimedJob, Outcome]]) -> tuple[list[Any], ...]:
-    """Return the array parameters of ``job_finish_many`` for a batch of outcomes."""
-    columns: tuple[list[Any], ...] = ([], [], [], [], [], [], [], [])
-    ids, leases, actions, statuses, delays, messages, errors, durations = columns
-    for job, outcome in batch:
-        ids.append(job.id)
-        leases.append(job.lease)
-        if outcome.action in ("retry", "fail", "cancel"):
-            actions.append("error")
-            statuses.append(outcome.status)
-            messages.append(outcome.message)
-            errors.append(outcome.error)
-        else:
-            actions.append(outcome.action)
-            statuses.append(None)
-            messages.append(None)
-            errors.append(None)
-        delays.append(outcome.delay)
-        durations.append(job.duration)
-    return columns
 
 
 def backoff_delay(job: ClaimedJob, config: RuntimeConfig) -> float:

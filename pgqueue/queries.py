@@ -73,26 +73,75 @@ def _raw_queries() -> dict[str, str]:
 class Queries:
     """The named statements of ``queries.sql``, rendered for one installation.
 
-    Access a statement as an attribute: ``queries.job_insert``.
+    One attribute per ``-- name:`` block, declared here so that mypy rejects a misspelt name;
+    the declared names and the file's are checked against each other when this module is
+    imported. Only the store (``pgqueue/_async/store.py``) names statements.
     """
+
+    migration_lock: str
+    schema_create: str
+    schema_tables_drop: str
+    schema_function_drop: str
+    schema_drop_if_empty: str
+    migration_table_create: str
+    migration_applied_list: str
+    migration_record: str
+    migration_table_exists: str
+    migration_current_version: str
+    job_insert: str
+    job_insert_keyed: str
+    unique_lock_take: str
+    job_by_key: str
+    job_by_unique_key: str
+    job_insert_many: str
+    job_reserve_ids: str
+    job_notify_queues: str
+    job_claim: str
+    job_finish_many: str
+    job_release_unsure_claims: str
+    job_cancel: str
+    job_get: str
+    job_status_counts: str
+    instance_register: str
+    instance_heartbeat: str
+    instance_unregister: str
+    instance_resign: str
+    instance_set_leader: str
+    instance_remove_stale: str
+    job_rescue: str
+    job_cleanup: str
+    unique_lock_expire: str
+    job_unknown_kinds: str
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._rendered = {name: render(sql, settings) for name, sql in _raw_queries().items()}
+        for name, sql in _raw_queries().items():
+            setattr(self, name, render(sql, settings))
 
-    def __getattr__(self, name: str) -> str:
-        try:
-            return self._rendered[name]
-        except KeyError:
-            raise AttributeError(f"no query named {name!r} in queries.sql") from None
-
-    def names(self) -> list[str]:
+    @staticmethod
+    def names() -> list[str]:
         """Return the names of all statements."""
-        return sorted(self._rendered)
+        return sorted(_STATEMENT_NAMES)
 
     def table(self, name: str) -> str:
         """Return the quoted, schema-qualified name of one of pgqueue's tables."""
         return f"{quote_ident(self.settings.schema)}.{quote_ident(self.settings.prefix + name)}"
+
+
+_STATEMENT_NAMES = frozenset(n for n, t in Queries.__annotations__.items() if t == "str")
+
+
+def _check_statement_names() -> None:
+    """Fail at import when queries.sql and the attributes of :class:`Queries` disagree."""
+    in_file = set(_raw_queries())
+    if in_file != _STATEMENT_NAMES:
+        raise RuntimeError(
+            "pgqueue/sql/queries.sql and pgqueue.queries.Queries disagree: only in the file "
+            f"{sorted(in_file - _STATEMENT_NAMES)}, only declared {sorted(_STATEMENT_NAMES - in_file)}"
+        )
+
+
+_check_statement_names()
 
 
 @functools.cache

@@ -1,4 +1,4 @@
-"""The runtime's pure parts: the cancel flag, reading claim rows, building outcome batches."""
+"""The runtime's pure parts (the cancel flag) and the store codec (claim rows, outcome batches)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,8 @@ import time
 import uuid
 from datetime import UTC, datetime
 
-from pgqueue.execution import (
-    CancelFlag,
-    ClaimedJob,
-    Outcome,
-    finish_params,
-    is_coroutine_function,
-    parse_claimed,
-    split_claim_rows,
-)
+from pgqueue.execution import CancelFlag, ClaimedJob, Outcome, is_coroutine_function
+from pgqueue.store_codec import claim_decode, finish_params
 
 
 def test_cancel_flag_behaves_like_an_event() -> None:
@@ -56,19 +49,21 @@ def test_cancel_flag_set_before_the_first_wait_is_seen() -> None:
 def test_claim_rows_split_off_the_next_due_row() -> None:
     now = datetime.now(UTC)
     job = (7, "k", '{"a":1}', 1, 25, now, "{}", 0, "key-7", None)
-    rows, due = split_claim_rows([job, (None,) * 9 + (2.5,)])
-    assert rows == [job]
-    assert due == 2.5
-    rows, due = split_claim_rows([job, (None,) * 10])
-    assert rows == [job]
-    assert due is None
-    rows, due = split_claim_rows([job])  # every slot filled: no next-due row
-    assert rows == [job]
-    assert due is None
-    claimed = parse_claimed(job, "lease", "q")
+    claim = claim_decode([job, (None,) * 9 + (2.5,)], "lease", "q")
+    assert [j.id for j in claim.jobs] == [7]
+    assert claim.next_due == 2.5
+    claim = claim_decode([job, (None,) * 10], "lease", "q")
+    assert [j.id for j in claim.jobs] == [7]
+    assert claim.next_due is None
+    claim = claim_decode([job], "lease", "q")  # every slot filled: no next-due row
+    assert [j.id for j in claim.jobs] == [7]
+    assert claim.next_due is None
+    (claimed,) = claim.jobs
     assert (claimed.id, claimed.queue, claimed.job_id, claimed.attempt) == (7, "q", "key-7", 1)
     assert (claimed.timeout, claimed.backoff, claimed.options_error) == (None, None, None)
-    with_options = parse_claimed((*job[:6], '{"timeout":1.5}', *job[7:]), "lease", "q")
+    (with_options,) = claim_decode(
+        [(*job[:6], '{"timeout":1.5}', *job[7:])], "lease", "q"
+    ).jobs
     assert with_options.timeout == 1.5
 
 

@@ -6,7 +6,6 @@ pgqueue/_sync/client.py is generated from it by tools/async_to_sync.py.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
@@ -20,34 +19,23 @@ from ..adapter_registry import (
     native_transaction,
     resolve_driver_name,
 )
-from ..enqueue import (
-    COPY_COLUMNS,
-    PreparedJob,
-    call_options,
-    copy_records,
-    handles_for_records,
-    handles_from_rows,
-    insert_many_params,
-    prepare,
-)
+from ..enqueue import PreparedJob, call_options, prepare
 from ..errors import (
     ConfigurationError,
-    DatabaseError,
     DuplicateJob,
     DuplicateJobError,
     InvalidJobOptions,
     JobIdConflict,
-    SchemaNotMigrated,
 )
 from ..jobs import JobHandle, Worker, WorkerRegistry
 from ..options import JobOptionKwargs, JobOptions
-from ..queries import Queries, queries_for
 from ..records import JobInfo
 from ..runtime_config import RuntimeConfig
 from ..settings import Settings
-from .driver import AsyncDriver, AsyncSupportsCopy
+from .driver import AsyncDriver
 from .runtime import AsyncRuntime
-from .schema import schema_migrate, schema_version
+from .schema import schema_migrate, schema_uninstall, schema_version
+from .store import AsyncStore
 
 __all__ = ["AsyncClient"]
 
@@ -101,7 +89,7 @@ class AsyncClient:
         self.driver = driver
         self.registry = registry
         self.settings = settings or Settings()
-        self._queries: Queries = queries_for(self.settings)
+        self._store = AsyncStore(driver, self.settings)
         self._runtime: AsyncRuntime | None = None
 
     @classmethod
@@ -165,6 +153,14 @@ class AsyncClient:
     async def schema_version(self) -> int | None:
         """Return the installed schema version, or ``None`` when pgqueue is not installed."""
         return await schema_version(self.driver, self.settings)
+
+    async def uninstall(self) -> None:
+        """Drop pgqueue's tables, with every job in them; the opposite of :meth:`migrate`.
+
+        Only pgqueue's own tables (and the function its trigger calls) go. The schema goes too
+        when it is not ``public`` and nothing else is left in it. Stop every worker first.
+        """
+        await schema_uninstall(self.driver, self.settings)
 
     # -- running workers --------------------------------------------------------------------
 
@@ -243,37 +239,15 @@ class AsyncClient:
         Returns the status the job had (``"pending"`` or ``"processing"``), or ``None`` when
         it was already finished or does not exist.
         """
-        rows = await self.driver.query(self._queries.job_cancel, (job_id, self.settings.channel))
-        return str(rows[0][0]) if rows else None
+        return await self._store.job_cancel(job_id)
 
     async def get_job(self, job_id: int) -> JobInfo | None:
         """Return a job's current state, or ``None`` if it does not exist (any more)."""
-        rows = await self.driver.query(self._queries.job_get, (job_id,))
-        if not rows:
-            return None
-        r = rows[0]
-        return JobInfo(
-            id=r[0],
-            kind=r[1],
-            queue=r[2],
-            payload=json.loads(r[3]),
-            status=r[4],
-            priority=r[5],
-            attempts=r[6],
-            max_attempts=r[7],
-            created_at=r[8],
-            scheduled_for=r[9],
-            finished_at=r[10],
-            last_error=r[11],
-            errors=json.loads(r[12]),
-            job_id=r[13],
-            duration=r[14],
-        )
+        return await self._store.job_get(job_id)
 
     async def job_counts(self) -> dict[str, int]:
         """Return how many jobs there are in each status."""
-        rows = await self.driver.query(self._queries.job_status_counts)
-        return {str(status): int(count) for status, count in rows}
+        return await self._store.job_status_counts()
 
     # -- enqueue ----------------------------------------------------------------------------
 
@@ -339,8 +313,8 @@ class AsyncClient:
         if any(job.keyed for job in prepared):
             async with self.driver.with_tx() as tx:
                 return await self._insert_mixed(tx, prepared)
-        if len(prepared) >= COPY_MIN and isinstance(self.driver, AsyncSupportsCopy):
-            return await self._copy(self.driver, prepared)
+        if len(prepared) >= COPY_MIN and self._store.supports_copy:
+            return await self._store.job_copy(prepared)
         return await self._insert(self.driver, prepared)
 
     async def add_jobs_with_tx(
@@ -383,73 +357,39 @@ class AsyncClient:
         # transaction, a transaction of its own, so a refused duplicate is never, even for a
         # moment, a committed job that a worker could run. A refusal rolls that back: the
         # caller's transaction stays usable.
-        q = self._queries
         try:
-            async with driver.with_tx() as tx:
-                rows = await tx.query(
-                    q.job_insert_keyed, (*job.params(), self.settings.channel, job.unique_key)
-                )
-                if not rows:
+            async with self._store.on(driver).transaction() as tx:
+                handle = await tx.job_insert_keyed(job)
+                if handle is None:
                     raise _Refused("job_id")
-                job_id, scheduled_for = rows[0][0], rows[0][1]
-                if job.unique_key is not None:
-                    taken = await tx.query(
-                        q.unique_lock_take, (job.unique_key, job_id, job.unique_seconds)
-                    )
-                    if not taken:
-                        raise _Refused("unique")
+                if job.unique_key is not None and not await tx.unique_lock_take(job, handle.id):
+                    raise _Refused("unique")
         except _Refused as refused:
             return await self._refuse(driver, job, refused.conflict, on_conflict)
-        except DatabaseError as exc:
-            raise self._translate(exc) from exc
-        return JobHandle(
-            id=job_id, kind=job.kind, queue=job.queue, scheduled_for=scheduled_for, job_id=job.key
-        )
+        return handle
 
     async def _refuse(
         self, driver: AsyncDriver, job: PreparedJob, conflict: str, on_conflict: str
     ) -> JobHandle:
-        q = self._queries
+        store = self._store.on(driver)
         error: DuplicateJobError
-        try:
-            if conflict == "job_id":
-                existing = await self._existing(driver, q.job_by_key, job.key, conflict)
-                error = JobIdConflict(
-                    f"a job with job_id {job.key!r} already exists: a job id stays taken until "
-                    "retention removes the finished job. Choose another job_id, or pass "
-                    "on_conflict='ignore' to get the existing job",
-                    existing,
-                )
-            else:
-                existing = await self._existing(
-                    driver, q.job_by_unique_key, job.unique_key, conflict
-                )
-                error = DuplicateJob(
-                    f"an identical {job.kind!r} job (same queue, kind and arguments) holds "
-                    "its unique lock until it completes or the lock expires. Pass "
-                    "on_conflict='ignore' to get the existing job",
-                    existing,
-                )
-        except DatabaseError as exc:
-            raise self._translate(exc) from exc
+        if conflict == "job_id":
+            existing = await store.job_by_key(job.key)
+            error = JobIdConflict(
+                f"a job with job_id {job.key!r} already exists: a job id stays taken until "
+                "retention removes the finished job. Choose another job_id, or pass "
+                "on_conflict='ignore' to get the existing job",
+                existing,
+            )
+        else:
+            existing = await store.job_by_unique_key(job.unique_key)
+            error = DuplicateJob(
+                f"an identical {job.kind!r} job (same queue, kind and arguments) holds "
+                "its unique lock until it completes or the lock expires. Pass "
+                "on_conflict='ignore' to get the existing job",
+                existing,
+            )
         return _conflict(error, existing, on_conflict)
-
-    async def _existing(
-        self, driver: AsyncDriver, query: str, key: str | None, conflict: str
-    ) -> JobHandle | None:
-        rows = await driver.query(query, (key,))
-        if not rows:
-            return None  # finished and removed meanwhile
-        job_id, kind, queue, scheduled_for, job_key = rows[0]
-        return JobHandle(
-            id=job_id,
-            kind=kind,
-            queue=queue,
-            scheduled_for=scheduled_for,
-            job_id=job_key,
-            inserted=False,
-            conflict=conflict,
-        )
 
     def _prepare_many(
         self, jobs: Iterable[JobSpec], options: JobOptions | None
@@ -468,53 +408,15 @@ class AsyncClient:
         return driver
 
     async def _insert(self, driver: AsyncDriver, jobs: Sequence[PreparedJob]) -> list[JobHandle]:
-        q = self._queries
-        channel = self.settings.channel
-        try:
-            if len(jobs) == 1:
-                rows = await driver.query(q.job_insert, (*jobs[0].params(), channel))
-            elif len(jobs) <= INSERT_CHUNK:
-                rows = await driver.query(q.job_insert_many, (*insert_many_params(jobs), channel))
-            else:
-                # Several statements: one transaction (or savepoint, inside a caller's
-                # transaction) keeps the batch all-or-nothing.
-                rows = []
-                async with driver.with_tx() as tx:
-                    for start in range(0, len(jobs), INSERT_CHUNK):
-                        chunk = jobs[start : start + INSERT_CHUNK]
-                        params = (*insert_many_params(chunk), channel)
-                        rows.extend(await tx.query(q.job_insert_many, params))
-        except DatabaseError as exc:
-            raise self._translate(exc) from exc
-        return handles_from_rows(jobs, rows)
-
-    async def _copy(
-        self, driver: AsyncSupportsCopy, jobs: Sequence[PreparedJob]
-    ) -> list[JobHandle]:
-        # Ids first (a sequence gap if the COPY fails is harmless), then one COPY in its own
-        # transaction, then the wake-up that INSERT statements send by themselves.
-        q, settings = self._queries, self.settings
-        try:
-            ((ids, now),) = await self.driver.query(q.job_reserve_ids, (q.table("jobs"), len(jobs)))
-            records = copy_records(jobs, ids, now)
-            table = settings.prefix + "jobs"
-            await driver.copy_records(settings.schema, table, COPY_COLUMNS, records)
-            queues = sorted({job.queue for job in jobs})
-            await self.driver.query(q.job_notify_queues, (settings.channel, queues))
-        except DatabaseError as exc:
-            raise self._translate(exc) from exc
-        return handles_for_records(jobs, records)
-
-    def _translate(self, exc: DatabaseError) -> Exception:
-        if exc.sqlstate == "42P01":  # undefined_table
-            return SchemaNotMigrated(
-                f"pgqueue's tables are missing in schema {self.settings.schema!r} "
-                f"(prefix {self.settings.prefix!r}): run client.migrate() or `pgqueue migrate`",
-                exc.sqlstate,
-            )
-        if exc.sqlstate == "23505" and exc.constraint_name == self.settings.prefix + "jobs_key_idx":
-            return JobIdConflict(
-                "a job with this job_id already exists (it keeps the id until retention removes "
-                "it): choose another job_id, or look the existing job up"
-            )
-        return exc
+        store = self._store.on(driver)
+        if len(jobs) == 1:
+            return [await store.job_insert(jobs[0])]
+        if len(jobs) <= INSERT_CHUNK:
+            return await store.job_insert_many(jobs)
+        # Several statements: one transaction (or savepoint, inside a caller's transaction)
+        # keeps the batch all-or-nothing.
+        handles: list[JobHandle] = []
+        async with store.transaction() as tx:
+            for start in range(0, len(jobs), INSERT_CHUNK):
+                handles += await tx.job_insert_many(jobs[start : start + INSERT_CHUNK])
+        return handles

@@ -27,13 +27,12 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import ConfigurationError, ConnectionLost, DatabaseError, SchemaNotMigrated
+from ..errors import ConfigurationError, ConnectionLost, DatabaseError
 from ..execution import (
     ClaimedJob,
     Outcome,
     Running,
     StuckRuns,
-    finish_params,
     is_coroutine_function,
     is_data_refusal,
     log_outcome,
@@ -41,17 +40,16 @@ from ..execution import (
     outcome_for_error,
     outcome_unrecordable,
     outcome_unrunnable,
-    parse_claimed,
     signal_stop,
-    split_claim_rows,
 )
 from ..jobs import WorkerRegistry
 from ..names import validate_queue
-from ..queries import queries_for
 from ..runtime_config import RuntimeConfig
 from ..settings import Settings
+from ..store_codec import InstanceIdentity
 from .compat import Event, JobPool, call_process, join, spawn, wait_all, wait_event
 from .driver import AsyncAdvisoryLock, AsyncDriver
+from .store import AsyncStore
 
 __all__ = ["AsyncRuntime"]
 
@@ -102,14 +100,10 @@ class AsyncRuntime:
         self.config = config
         self.queues = dict(queues)
         self.instance_id = uuid.uuid4()
-        self._q = queries_for(settings)
+        self._store = AsyncStore(driver, settings)
         self._kinds = registry.kinds()
-        self._identity = (
-            self.instance_id,
-            socket.gethostname(),
-            os.getpid(),
-            json.dumps(self.queues),
-            self._kinds,
+        self._identity = InstanceIdentity(
+            self.instance_id, socket.gethostname(), os.getpid(), self.queues, self._kinds
         )
         self._stuck = StuckRuns()
         self._fatal: BaseException | None = None
@@ -169,17 +163,8 @@ class AsyncRuntime:
 
     async def start(self) -> None:
         """Register this instance and start the loops."""
-        try:
-            await self.driver.exec(self._q.instance_register, self._identity)
-        except DatabaseError as exc:
-            if exc.sqlstate in ("42P01", "42703"):  # undefined_table, undefined_column
-                raise SchemaNotMigrated(
-                    f"pgqueue's tables in schema {self.settings.schema!r} are missing or older "
-                    "than this version of pgqueue: run client.migrate() or `pgqueue migrate` "
-                    "(or `pgqueue worker --migrate`) first",
-                    exc.sqlstate,
-                ) from exc
-            raise
+        # a missing or outdated schema raises SchemaNotMigrated, which says what to run
+        await self._store.instance_register(self._identity)
         self._pool = JobPool(sum(self.queues.values()))
         self._flusher = spawn(self._flush_loop, name="pgqueue-flusher")
         self._loops = [
@@ -264,7 +249,7 @@ class AsyncRuntime:
             )
         await self._resign()
         try:
-            await self.driver.exec(self._q.instance_unregister, (self.instance_id,))
+            await self._store.instance_unregister(self.instance_id)
         except DatabaseError as exc:
             logger.warning("stop: could not unregister instance %s: %s", self.instance_id, exc)
         if self._pool is not None:
@@ -288,14 +273,12 @@ class AsyncRuntime:
             if not failed and free > 0:
                 lease = uuid.uuid4()
                 try:
-                    rows, due = split_claim_rows(
-                        await self.driver.query(
-                            self._q.job_claim,
-                            (queue, self._kinds, free, self.instance_id, lease, worker_id),
-                        )
+                    claim = await self._store.job_claim(
+                        queue, self._kinds, free, self.instance_id, lease, worker_id
                     )
-                    for row in rows:
-                        self._launch(parse_claimed(row, lease, queue))
+                    for job in claim.jobs:
+                        self._launch(job)
+                    due = claim.next_due
                     # Fewer due jobs than free slots: sleep until a notification, a slot
                     # frees up, or the next scheduled job falls due (if before the next poll).
                     if due is not None and due > 0:
@@ -314,19 +297,17 @@ class AsyncRuntime:
     async def _release_unsure(self, queue: str, leases: list[uuid.UUID]) -> bool:
         """Hand back what failed claims may have taken; True once done (``leases`` emptied)."""
         try:
-            rows = await self.driver.query(
-                self._q.job_release_unsure_claims, (self.instance_id, list(leases))
-            )
+            released = await self._store.job_release_unsure_claims(self.instance_id, leases)
         except DatabaseError as exc:
             logger.warning(
                 "queue %s: could not check claims that failed (%s); retrying", queue, exc
             )
             return False
-        if rows:
+        if released:
             logger.warning(
                 "queue %s: a claim whose reply was lost had taken job(s) %s; handed back",
                 queue,
-                ", ".join(str(r[0]) for r in rows),
+                ", ".join(map(str, released)),
             )
         leases.clear()
         return True
@@ -435,7 +416,7 @@ class AsyncRuntime:
         batch = self._outbox[:_FLUSH_MAX]
         del self._outbox[: len(batch)]
         try:
-            rows = await self.driver.query(self._q.job_finish_many, finish_params(batch))
+            written = await self._store.job_finish_many(batch)
         except Exception as exc:
             if is_data_refusal(exc):
                 if len(batch) > 1:
@@ -449,7 +430,7 @@ class AsyncRuntime:
             logger.warning("could not record how %d job(s) ended (%s); will retry", len(batch), exc)
             self._outbox[:0] = batch
             return False
-        self._check_written(batch, rows)
+        self._check_written(batch, written)
         return True
 
     async def _flush_singly(self, batch: list[tuple[ClaimedJob, Outcome]]) -> bool:
@@ -457,7 +438,7 @@ class AsyncRuntime:
         for i, (job, outcome) in enumerate(batch):
             item = [(job, outcome)]
             try:
-                rows = await self.driver.query(self._q.job_finish_many, finish_params(item))
+                written = await self._store.job_finish_many(item)
             except Exception as exc:
                 if not is_data_refusal(exc):
                     logger.warning(
@@ -477,7 +458,7 @@ class AsyncRuntime:
                 )
                 item = [(job, outcome_unrecordable(job, exc))]
                 try:
-                    rows = await self.driver.query(self._q.job_finish_many, finish_params(item))
+                    written = await self._store.job_finish_many(item)
                 except Exception as again:
                     if not is_data_refusal(again):
                         self._outbox[:0] = [item[0], *batch[i + 1 :]]
@@ -489,12 +470,13 @@ class AsyncRuntime:
                         again,
                     )
                     continue
-            self._check_written(item, rows)
+            self._check_written(item, written)
         return True
 
-    def _check_written(self, batch: Sequence[tuple[ClaimedJob, Outcome]], rows: list[Any]) -> None:
-        if len(rows) < len(batch):
-            written = {row[0] for row in rows}
+    def _check_written(
+        self, batch: Sequence[tuple[ClaimedJob, Outcome]], written: set[int]
+    ) -> None:
+        if len(written) < len(batch):
             for job, outcome in batch:
                 if job.id not in written:
                     logger.info(
@@ -549,8 +531,7 @@ class AsyncRuntime:
         next_kind_check = 0.0  # at the first beat
         while not await wait_event(self._stopping, self.config.heartbeat_interval):
             try:
-                rows = await self.driver.query(self._q.instance_heartbeat, self._identity)
-                for (job_id,) in rows:
+                for job_id in await self._store.instance_heartbeat(self._identity):
                     for running in self._runs_of(job_id):
                         signal_stop(running, "cancel")
                 if time.monotonic() >= next_kind_check:
@@ -565,11 +546,11 @@ class AsyncRuntime:
         They would wait silently for a worker that knows their kind. Each (queue, kind) is
         warned about when first found, then every _UNKNOWN_KIND_REWARN checks while it waits.
         """
-        rows = await self.driver.query(self._q.job_unknown_kinds, (list(self.queues), self._kinds))
+        waiting = await self._store.job_unknown_kinds(list(self.queues), self._kinds)
         now = time.monotonic()
         again = self.config.unknown_kind_interval * _UNKNOWN_KIND_REWARN
         found = set()
-        for queue, kind, count in rows:
+        for queue, kind, count in ((w.queue, w.kind, w.count) for w in waiting):
             found.add((queue, kind))
             last = self._unknown_warned.get((queue, kind))
             if last is not None and now - last < again:
@@ -607,7 +588,7 @@ class AsyncRuntime:
             if self._lock is None:
                 return
             logger.info("instance %s is now the leader", self.instance_id)
-            await self.driver.exec(self._q.instance_set_leader, (self.instance_id,))
+            await self._store.instance_set_leader(self.instance_id)
         elif not await self._lock.is_held():
             logger.warning("instance %s lost the leader lock", self.instance_id)
             await self._resign()
@@ -616,30 +597,27 @@ class AsyncRuntime:
 
     async def maintain(self) -> None:
         """Run the leader's duties once: rescue, retention cleanup, unique-lock expiry."""
-        q, config = self._q, self.config
-        stale = await self.driver.query(q.instance_remove_stale, (config.rescue_after,))
+        store, config = self._store, self.config
+        stale = await store.instance_remove_stale(config.rescue_after)
         if stale:
-            logger.warning("instances presumed dead: %s", ", ".join(str(r[0]) for r in stale))
+            logger.warning("instances presumed dead: %s", ", ".join(map(str, stale)))
         for _ in range(_MAX_MAINTENANCE_ROUNDS):
-            rescued = await self.driver.query(
-                q.job_rescue, (config.cleanup_batch, self.settings.channel)
-            )
+            rescued = await store.job_rescue(config.cleanup_batch)
             if rescued:
                 logger.warning("rescued %d job(s) of dead instances", len(rescued))
             if len(rescued) < config.cleanup_batch:
                 break
         for _ in range(_MAX_MAINTENANCE_ROUNDS):
-            removed = await self.driver.query(
-                q.job_cleanup,
-                (config.completed_retention, config.failed_retention, config.cleanup_batch),
+            removed = await store.job_cleanup(
+                config.completed_retention, config.failed_retention, config.cleanup_batch
             )
-            if len(removed) < config.cleanup_batch:
+            if removed < config.cleanup_batch:
                 break
-        await self.driver.exec(q.unique_lock_expire, (config.cleanup_batch,))
+        await store.unique_lock_expire(config.cleanup_batch)
 
     async def _resign(self) -> None:
         lock, self._lock = self._lock, None
         if lock is not None:
             await lock.release()
             with contextlib.suppress(DatabaseError):
-                await self.driver.exec(self._q.instance_resign, (self.instance_id,))
+                await self._store.instance_resign(self.instance_id)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from ..errors import DatabaseError, MigrationError
-from ..queries import migrations_for, queries_for
+from ..queries import migrations_for
 from ..settings import Settings
 from .driver import AsyncDriver
+from .store import AsyncStore
 
-__all__ = ["schema_migrate", "schema_version"]
+__all__ = ["schema_migrate", "schema_uninstall", "schema_version"]
 
 
 async def schema_migrate(driver: AsyncDriver, settings: Settings) -> list[int]:
@@ -29,18 +30,14 @@ async def schema_migrate(driver: AsyncDriver, settings: Settings) -> list[int]:
 
 
 async def _migrate(driver: AsyncDriver, settings: Settings) -> list[int]:
-    q = queries_for(settings)
     applied_now: list[int] = []
-    async with driver.with_tx() as tx:
-        await tx.query(q.migration_lock, (settings.advisory_key("migrate"),))
-        await tx.exec(q.schema_create)
-        await tx.exec(q.migration_table_create)
-        done = {row[0] for row in await tx.query(q.migration_applied_list)}
+    async with AsyncStore(driver, settings).transaction() as tx:
+        done = await tx.migration_prepare()
         for migration in migrations_for(settings):
             if migration.version in done:
                 continue
             try:
-                await tx.exec(migration.sql)
+                await tx.migration_apply(migration)
             except DatabaseError as exc:
                 raise MigrationError(
                     f"migration {migration.version} ({migration.name}) failed: {exc}; nothing "
@@ -48,16 +45,15 @@ async def _migrate(driver: AsyncDriver, settings: Settings) -> list[int]:
                     f"{settings.schema!r}",
                     exc.sqlstate,
                 ) from exc
-            await tx.exec(q.migration_record, (migration.version, migration.name))
             applied_now.append(migration.version)
     return applied_now
 
 
 async def schema_version(driver: AsyncDriver, settings: Settings) -> int | None:
     """Return the newest applied migration version, or ``None`` if pgqueue is not installed."""
-    q = queries_for(settings)
-    rows = await driver.query(q.migration_table_exists, (q.table("migrations"),))
-    if not rows[0][0]:
-        return None
-    version = (await driver.query(q.migration_current_version))[0][0]
-    return None if version is None else int(version)
+    return await AsyncStore(driver, settings).schema_version()
+
+
+async def schema_uninstall(driver: AsyncDriver, settings: Settings) -> None:
+    """Drop pgqueue's tables, and its schema when that is not ``public`` and is left empty."""
+    await AsyncStore(driver, settings).schema_uninstall()

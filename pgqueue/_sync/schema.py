@@ -5,11 +5,12 @@
 from __future__ import annotations
 
 from ..errors import DatabaseError, MigrationError
-from ..queries import migrations_for, queries_for
+from ..queries import migrations_for
 from ..settings import Settings
 from .driver import Driver
+from .store import Store
 
-__all__ = ["schema_migrate", "schema_version"]
+__all__ = ["schema_migrate", "schema_uninstall", "schema_version"]
 
 
 def schema_migrate(driver: Driver, settings: Settings) -> list[int]:
@@ -31,18 +32,14 @@ def schema_migrate(driver: Driver, settings: Settings) -> list[int]:
 
 
 def _migrate(driver: Driver, settings: Settings) -> list[int]:
-    q = queries_for(settings)
     applied_now: list[int] = []
-    with driver.with_tx() as tx:
-        tx.query(q.migration_lock, (settings.advisory_key("migrate"),))
-        tx.exec(q.schema_create)
-        tx.exec(q.migration_table_create)
-        done = {row[0] for row in tx.query(q.migration_applied_list)}
+    with Store(driver, settings).transaction() as tx:
+        done = tx.migration_prepare()
         for migration in migrations_for(settings):
             if migration.version in done:
                 continue
             try:
-                tx.exec(migration.sql)
+                tx.migration_apply(migration)
             except DatabaseError as exc:
                 raise MigrationError(
                     f"migration {migration.version} ({migration.name}) failed: {exc}; nothing "
@@ -50,16 +47,15 @@ def _migrate(driver: Driver, settings: Settings) -> list[int]:
                     f"{settings.schema!r}",
                     exc.sqlstate,
                 ) from exc
-            tx.exec(q.migration_record, (migration.version, migration.name))
             applied_now.append(migration.version)
     return applied_now
 
 
 def schema_version(driver: Driver, settings: Settings) -> int | None:
     """Return the newest applied migration version, or ``None`` if pgqueue is not installed."""
-    q = queries_for(settings)
-    rows = driver.query(q.migration_table_exists, (q.table("migrations"),))
-    if not rows[0][0]:
-        return None
-    version = driver.query(q.migration_current_version)[0][0]
-    return None if version is None else int(version)
+    return Store(driver, settings).schema_version()
+
+
+def schema_uninstall(driver: Driver, settings: Settings) -> None:
+    """Drop pgqueue's tables, and its schema when that is not ``public`` and is left empty."""
+    Store(driver, settings).schema_uninstall()

@@ -9,9 +9,19 @@ SELECT pg_advisory_xact_lock($1);
 -- name: schema_create
 CREATE SCHEMA IF NOT EXISTS {{schema}};
 
--- name: schema_drop
--- Only the demo uses it, on the schema it created for itself.
-DROP SCHEMA IF EXISTS {{schema}} CASCADE;
+-- name: schema_tables_drop
+-- uninstall(): pgqueue's own tables (their indexes, sequences and trigger go with them; the
+-- trigger function is schema_function_drop). Nothing else in the schema is touched.
+DROP TABLE IF EXISTS {{schema}}.{{jobs}}, {{schema}}.{{unique_locks}}, {{schema}}.{{instances}},
+    {{schema}}.{{migrations}} CASCADE;
+
+-- name: schema_function_drop
+DROP FUNCTION IF EXISTS {{schema}}.{{unique_release}}();
+
+-- name: schema_drop_if_empty
+-- uninstall(), after schema_tables_drop, for a schema other than public: RESTRICT fails (2BP01)
+-- when anything else lives there, and then the schema stays.
+DROP SCHEMA IF EXISTS {{schema}} RESTRICT;
 
 -- name: migration_table_create
 CREATE TABLE IF NOT EXISTS {{schema}}.{{migrations}} (
@@ -383,7 +393,3 @@ WHERE j.status = 'pending' AND j.queue = ANY($1::text[]) AND j.scheduled_for <= 
     )
 GROUP BY j.queue, j.kind
 ORDER BY j.queue, j.kind;
-
--- name: job_kind_status_counts
-SELECT kind, status, count(*), max(attempts) FROM {{schema}}.{{jobs}}
-GROUP BY kind, status ORDER BY kind, status;

@@ -87,3 +87,48 @@ async def test_concurrent_migrations_apply_once(
     results = await gather(*(c.migrate() for c in clients))
     assert sorted(v for r in results for v in r) == list(range(1, LATEST + 1))
     assert db.value(f'SELECT count(*) FROM "{settings.schema}".pgqueue_migrations') == LATEST
+
+
+async def test_uninstall_drops_pgqueue_and_its_own_schema(
+    driver: pgqueue.AsyncDriver, database_url: str, db
+) -> None:
+    import uuid
+
+    schema = f"uninstall_{uuid.uuid4().hex[:8]}"
+    client = pgqueue.AsyncClient(driver, settings=pgqueue.Settings(schema=schema))
+    await client.migrate()
+    await client.add_job(SendEmail(to="a"))
+    await client.uninstall()
+    assert await client.schema_version() is None
+    assert db.value("SELECT count(*) FROM pg_namespace WHERE nspname = $1", (schema,)) == 0
+    await client.uninstall()  # nothing left to drop: fine
+    assert await client.migrate() == list(range(1, LATEST + 1))  # and it installs again
+    await client.uninstall()
+
+
+async def test_uninstall_keeps_what_else_lives_in_the_schema(
+    driver: pgqueue.AsyncDriver, schema: str, db
+) -> None:
+    a = pgqueue.AsyncClient(driver, settings=pgqueue.Settings(schema=schema, prefix="a_"))
+    b = pgqueue.AsyncClient(driver, settings=pgqueue.Settings(schema=schema, prefix="b_"))
+    await a.migrate()
+    await b.migrate()
+    db.conn.execute(f'CREATE TABLE "{schema}".app_table (id int)')
+    await a.uninstall()
+    tables = {
+        r[0]
+        for r in db.rows(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = $1", (schema,)
+        )
+    }
+    assert tables == {
+        "app_table",
+        "b_jobs",
+        "b_unique_locks",
+        "b_instances",
+        "b_migrations",
+    }
+    assert await a.schema_version() is None
+    assert await b.schema_version() == LATEST
+    await b.add_job(SendEmail(to="b"))  # b's trigger function is its own: b still works
+    assert db.value(f'SELECT count(*) FROM "{schema}".b_jobs') == 1

@@ -87,3 +87,48 @@ def test_concurrent_migrations_apply_once(
     results = gather(*(c.migrate() for c in clients))
     assert sorted(v for r in results for v in r) == list(range(1, LATEST + 1))
     assert db.value(f'SELECT count(*) FROM "{settings.schema}".pgqueue_migrations') == LATEST
+
+
+def test_uninstall_drops_pgqueue_and_its_own_schema(
+    driver: pgqueue.Driver, database_url: str, db
+) -> None:
+    import uuid
+
+    schema = f"uninstall_{uuid.uuid4().hex[:8]}"
+    client = pgqueue.Client(driver, settings=pgqueue.Settings(schema=schema))
+    client.migrate()
+    client.add_job(SendEmail(to="a"))
+    client.uninstall()
+    assert client.schema_version() is None
+    assert db.value("SELECT count(*) FROM pg_namespace WHERE nspname = $1", (schema,)) == 0
+    client.uninstall()  # nothing left to drop: fine
+    assert client.migrate() == list(range(1, LATEST + 1))  # and it installs again
+    client.uninstall()
+
+
+def test_uninstall_keeps_what_else_lives_in_the_schema(
+    driver: pgqueue.Driver, schema: str, db
+) -> None:
+    a = pgqueue.Client(driver, settings=pgqueue.Settings(schema=schema, prefix="a_"))
+    b = pgqueue.Client(driver, settings=pgqueue.Settings(schema=schema, prefix="b_"))
+    a.migrate()
+    b.migrate()
+    db.conn.execute(f'CREATE TABLE "{schema}".app_table (id int)')
+    a.uninstall()
+    tables = {
+        r[0]
+        for r in db.rows(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = $1", (schema,)
+        )
+    }
+    assert tables == {
+        "app_table",
+        "b_jobs",
+        "b_unique_locks",
+        "b_instances",
+        "b_migrations",
+    }
+    assert a.schema_version() is None
+    assert b.schema_version() == LATEST
+    b.add_job(SendEmail(to="b"))  # b's trigger function is its own: b still works
+    assert db.value(f'SELECT count(*) FROM "{schema}".b_jobs') == 1

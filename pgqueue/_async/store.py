@@ -1,0 +1,309 @@
+"""``AsyncStore``: the one layer between pgqueue's logic and its SQL.
+
+Written once, for asyncio, in pgqueue/_async/store.py; the ``Store`` of pgqueue/_sync/store.py
+is generated from it.
+
+The store is the only code that names a statement of ``sql/queries.sql``, binds its parameters
+and decodes its rows (with ``pgqueue/store_codec.py``, its pure half), and it maps database errors
+to pgqueue's (a missing table is :class:`~pgqueue.SchemaNotMigrated`). The client, the runtime,
+the schema functions, and later the admin API and cron, call its methods and see typed records.
+A store is bound to one driver: ``store.on(tx)`` is the same store inside a transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from ..enqueue import PreparedJob
+from ..errors import DatabaseError, JobIdConflict, SchemaNotMigrated
+from ..execution import ClaimedJob, Outcome
+from ..jobs import JobHandle
+from ..queries import Migration, Queries, queries_for
+from ..records import JobInfo
+from ..settings import Settings
+from ..store_codec import (
+    COPY_COLUMNS,
+    Claim,
+    InstanceIdentity,
+    RescuedJob,
+    UnknownKind,
+    claim_decode,
+    copy_records,
+    existing_handle,
+    finish_params,
+    handles_for_records,
+    handles_from_rows,
+    insert_keyed_params,
+    insert_many_params,
+    insert_params,
+    job_info,
+)
+from .driver import AsyncDriver, AsyncSupportsCopy
+
+__all__ = ["AsyncStore"]
+
+# SQLSTATEs that mean pgqueue's schema is missing or older than this code.
+_NOT_MIGRATED = ("42P01", "42703")  # undefined_table, undefined_column
+
+
+class AsyncStore:
+    """pgqueue's statements as typed methods, run on one driver for one installation.
+
+    Method names follow the statements' (entity first: ``job_claim``, ``instance_heartbeat``).
+    Every method raises :class:`~pgqueue.DatabaseError` (or a more precise subclass) for what
+    the database refuses, never a driver library's exception.
+    """
+
+    __slots__ = ("_q", "driver", "settings")
+
+    def __init__(self, driver: AsyncDriver, settings: Settings) -> None:
+        self.driver = driver
+        self.settings = settings
+        self._q: Queries = queries_for(settings)
+
+    def on(self, driver: AsyncDriver) -> AsyncStore:
+        """Return this store bound to ``driver`` (a transaction's, say)."""
+        return AsyncStore(driver, self.settings)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncStore]:
+        """Run the block in a transaction (a savepoint inside one); yield the store bound to it."""
+        async with self.driver.with_tx() as tx:
+            yield AsyncStore(tx, self.settings)
+
+    @property
+    def supports_copy(self) -> bool:
+        """Whether the driver can bulk-load with ``COPY`` (see :meth:`job_copy`)."""
+        return isinstance(self.driver, AsyncSupportsCopy)
+
+    # -- running statements -----------------------------------------------------------------
+
+    async def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        try:
+            return await self.driver.query(sql, params)
+        except DatabaseError as exc:
+            raise self._translate(exc) from exc
+
+    async def _exec(self, sql: str, params: Sequence[Any] = ()) -> None:
+        try:
+            await self.driver.exec(sql, params)
+        except DatabaseError as exc:
+            raise self._translate(exc) from exc
+
+    def _translate(self, exc: DatabaseError) -> DatabaseError | JobIdConflict:
+        if exc.sqlstate in _NOT_MIGRATED and not isinstance(exc, SchemaNotMigrated):
+            return SchemaNotMigrated(
+                f"pgqueue's tables in schema {self.settings.schema!r} (prefix "
+                f"{self.settings.prefix!r}) are missing or older than this version of pgqueue: "
+                "run client.migrate() or `pgqueue migrate` (or `pgqueue worker --migrate`) "
+                f"first ({exc})",
+                exc.sqlstate,
+            )
+        if exc.sqlstate == "23505" and exc.constraint_name == self.settings.prefix + "jobs_key_idx":
+            return JobIdConflict(
+                "a job with this job_id already exists (it keeps the id until retention removes "
+                "it): choose another job_id, or look the existing job up"
+            )
+        return exc
+
+    # -- schema -------------------------------------------------------------------------------
+
+    async def migration_prepare(self) -> set[int]:
+        """In a transaction: take the migration lock, create the schema and the version table.
+
+        Returns the versions already applied.
+        """
+        lock = self.settings.advisory_key("migrate")
+        await self.driver.query(self._q.migration_lock, (lock,))
+        await self.driver.exec(self._q.schema_create)
+        await self.driver.exec(self._q.migration_table_create)
+        return {int(row[0]) for row in await self.driver.query(self._q.migration_applied_list)}
+
+    async def migration_apply(self, migration: Migration) -> None:
+        """Run one migration's SQL and record its version (inside the migration transaction)."""
+        await self.driver.exec(migration.sql)
+        await self.driver.exec(self._q.migration_record, (migration.version, migration.name))
+
+    async def schema_version(self) -> int | None:
+        """Return the newest applied migration version, or ``None`` if pgqueue is not installed."""
+        rows = await self.driver.query(
+            self._q.migration_table_exists, (self._q.table("migrations"),)
+        )
+        if not rows[0][0]:
+            return None
+        version = (await self.driver.query(self._q.migration_current_version))[0][0]
+        return None if version is None else int(version)
+
+    async def schema_uninstall(self) -> None:
+        """Drop pgqueue's tables; then the schema itself, unless it is ``public`` or not empty."""
+        async with self.transaction() as tx:
+            await tx.driver.query(self._q.migration_lock, (self.settings.advisory_key("migrate"),))
+            await tx.driver.exec(self._q.schema_tables_drop)
+            await tx.driver.exec(self._q.schema_function_drop)
+            if self.settings.schema == "public":
+                return
+            try:
+                async with tx.transaction() as inner:  # a savepoint: its failure is expected
+                    await inner.driver.exec(self._q.schema_drop_if_empty)
+            except DatabaseError as exc:
+                if (
+                    exc.sqlstate != "2BP01"
+                ):  # dependent_objects_still_exist: other things live there
+                    raise
+
+    # -- enqueue ------------------------------------------------------------------------------
+
+    async def job_insert(self, job: PreparedJob) -> JobHandle:
+        """Insert one job (no ``job_id``, no unique lock) and wake its queue's workers."""
+        rows = await self._query(self._q.job_insert, insert_params(job, self.settings.channel))
+        return handles_from_rows((job,), rows)[0]
+
+    async def job_insert_keyed(self, job: PreparedJob) -> JobHandle | None:
+        """Insert a job with a ``job_id`` or unique key; ``None`` when the ``job_id`` is taken."""
+        rows = await self._query(
+            self._q.job_insert_keyed, insert_keyed_params(job, self.settings.channel)
+        )
+        return handles_from_rows((job,), rows)[0] if rows else None
+
+    async def unique_lock_take(self, job: PreparedJob, job_row_id: int) -> bool:
+        """Take ``job``'s unique lock for the inserted row ``job_row_id``; False if it is held."""
+        rows = await self._query(
+            self._q.unique_lock_take, (job.unique_key, job_row_id, job.unique_seconds)
+        )
+        return bool(rows)
+
+    async def job_by_key(self, key: str | None) -> JobHandle | None:
+        """Return the job holding caller-chosen id ``key`` (as a refused duplicate's handle)."""
+        rows = await self._query(self._q.job_by_key, (key,))
+        return existing_handle(rows[0], "job_id") if rows else None
+
+    async def job_by_unique_key(self, unique_key: str | None) -> JobHandle | None:
+        """Return the job holding unique lock ``unique_key`` (as a refused duplicate's handle)."""
+        rows = await self._query(self._q.job_by_unique_key, (unique_key,))
+        return existing_handle(rows[0], "unique") if rows else None
+
+    async def job_insert_many(self, jobs: Sequence[PreparedJob]) -> list[JobHandle]:
+        """Insert plain jobs in one statement; handles in input order."""
+        rows = await self._query(
+            self._q.job_insert_many, insert_many_params(jobs, self.settings.channel)
+        )
+        return handles_from_rows(jobs, rows)
+
+    async def job_copy(self, jobs: Sequence[PreparedJob]) -> list[JobHandle]:
+        """Bulk-load plain jobs with ``COPY`` (the driver must support it); handles in order.
+
+        Ids first (a sequence gap if the COPY fails is harmless), then one COPY in its own
+        transaction, then the wake-up that INSERT statements send by themselves.
+        """
+        driver = self.driver
+        assert isinstance(driver, AsyncSupportsCopy)
+        q, settings = self._q, self.settings
+        ((ids, now),) = await self._query(q.job_reserve_ids, (q.table("jobs"), len(jobs)))
+        records = copy_records(jobs, ids, now)
+        try:
+            await driver.copy_records(
+                settings.schema, settings.prefix + "jobs", COPY_COLUMNS, records
+            )
+        except DatabaseError as exc:
+            raise self._translate(exc) from exc
+        queues = sorted({job.queue for job in jobs})
+        await self._query(q.job_notify_queues, (settings.channel, queues))
+        return handles_for_records(jobs, records)
+
+    # -- inspecting and cancelling --------------------------------------------------------------
+
+    async def job_get(self, job_id: int) -> JobInfo | None:
+        """Return one job's row, or ``None``."""
+        rows = await self._query(self._q.job_get, (job_id,))
+        return job_info(rows[0]) if rows else None
+
+    async def job_status_counts(self) -> dict[str, int]:
+        """Return how many jobs there are in each status (statuses with none are absent)."""
+        rows = await self._query(self._q.job_status_counts)
+        return {str(status): int(count) for status, count in rows}
+
+    async def job_cancel(self, job_id: int) -> str | None:
+        """Cancel a pending job, or ask a running one to stop; return the status it had."""
+        rows = await self._query(self._q.job_cancel, (job_id, self.settings.channel))
+        return str(rows[0][0]) if rows else None
+
+    # -- running jobs -------------------------------------------------------------------------
+
+    async def job_claim(
+        self,
+        queue: str,
+        kinds: list[str],
+        limit: int,
+        instance_id: uuid.UUID,
+        lease: uuid.UUID,
+        worker_id: str,
+    ) -> Claim:
+        """Claim up to ``limit`` due jobs of ``queue`` of ``kinds`` under ``lease``."""
+        rows = await self._query(
+            self._q.job_claim, (queue, kinds, limit, instance_id, lease, worker_id)
+        )
+        return claim_decode(rows, lease, queue)
+
+    async def job_finish_many(self, batch: Sequence[tuple[ClaimedJob, Outcome]]) -> set[int]:
+        """Record how a batch of jobs ended; return the ids written (the others are not ours)."""
+        rows = await self._query(self._q.job_finish_many, finish_params(batch))
+        return {int(row[0]) for row in rows}
+
+    async def job_release_unsure_claims(
+        self, instance_id: uuid.UUID, leases: Sequence[uuid.UUID]
+    ) -> list[int]:
+        """Hand back what claims with ``leases`` (whose replies were lost) took; their ids."""
+        rows = await self._query(self._q.job_release_unsure_claims, (instance_id, list(leases)))
+        return [int(row[0]) for row in rows]
+
+    # -- instances and leadership -----------------------------------------------------------
+
+    async def instance_register(self, identity: InstanceIdentity) -> None:
+        """Register (or refresh) a worker instance."""
+        await self._exec(self._q.instance_register, identity.params())
+
+    async def instance_heartbeat(self, identity: InstanceIdentity) -> list[int]:
+        """Refresh the instance's heartbeat; return its running jobs someone asked to cancel."""
+        rows = await self._query(self._q.instance_heartbeat, identity.params())
+        return [int(row[0]) for row in rows]
+
+    async def instance_unregister(self, instance_id: uuid.UUID) -> None:
+        """Remove the instance's row (a clean stop)."""
+        await self._exec(self._q.instance_unregister, (instance_id,))
+
+    async def instance_resign(self, instance_id: uuid.UUID) -> None:
+        """Mark the instance as no longer the leader."""
+        await self._exec(self._q.instance_resign, (instance_id,))
+
+    async def instance_set_leader(self, instance_id: uuid.UUID) -> None:
+        """Mark the instance as the leader (and no other)."""
+        await self._exec(self._q.instance_set_leader, (instance_id,))
+
+    async def instance_remove_stale(self, older_than: float) -> list[uuid.UUID]:
+        """Remove instances whose heartbeat is older than ``older_than`` seconds; their ids."""
+        rows = await self._query(self._q.instance_remove_stale, (older_than,))
+        return [row[0] for row in rows]
+
+    # -- maintenance --------------------------------------------------------------------------
+
+    async def job_rescue(self, limit: int) -> list[RescuedJob]:
+        """Take back up to ``limit`` jobs of instances that no longer exist."""
+        rows = await self._query(self._q.job_rescue, (limit, self.settings.channel))
+        return [RescuedJob(int(row[0]), str(row[1])) for row in rows]
+
+    async def job_cleanup(self, completed_after: float, failed_after: float, limit: int) -> int:
+        """Remove up to ``limit`` finished jobs past retention; return how many."""
+        rows = await self._query(self._q.job_cleanup, (completed_after, failed_after, limit))
+        return len(rows)
+
+    async def unique_lock_expire(self, limit: int) -> None:
+        """Remove up to ``limit`` expired unique locks."""
+        await self._exec(self._q.unique_lock_expire, (limit,))
+
+    async def job_unknown_kinds(self, queues: list[str], kinds: list[str]) -> list[UnknownKind]:
+        """Due jobs of ``queues`` whose kind no live instance runs (``kinds``: ours)."""
+        rows = await self._query(self._q.job_unknown_kinds, (queues, kinds))
+        return [UnknownKind(str(q), str(k), int(n)) for q, k, n in rows]

@@ -1,0 +1,310 @@
+"""The store's pure half: statement parameters in, typed records out.
+
+``pgqueue/_async/store.py`` (and its generated sync twin) runs the statements; this module knows,
+for each statement, the order of its parameters and the columns of its rows, so that nothing
+outside the store layer handles a positional tuple. It does no I/O and is shared by both sides.
+Keep each function next to the statement it serves, in the order of ``sql/queries.sql``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from .enqueue import PreparedJob
+from .execution import ClaimedJob, Outcome, read_options
+from .jobs import JobHandle
+from .records import JobInfo
+
+__all__ = [
+    "COPY_COLUMNS",
+    "Claim",
+    "InstanceIdentity",
+    "RescuedJob",
+    "UnknownKind",
+    "claim_decode",
+    "copy_records",
+    "existing_handle",
+    "finish_params",
+    "handles_for_records",
+    "handles_from_rows",
+    "insert_many_params",
+    "insert_params",
+    "job_info",
+]
+
+Row = Sequence[Any]
+
+
+# -- records ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceIdentity:
+    """What a worker instance registers itself with (``instance_register``/``_heartbeat``)."""
+
+    instance_id: uuid.UUID
+    hostname: str
+    pid: int
+    queues: dict[str, int]
+    kinds: list[str]
+
+    def params(self) -> tuple[Any, ...]:
+        """Return the parameters of ``instance_register`` and ``instance_heartbeat``."""
+        return (self.instance_id, self.hostname, self.pid, json.dumps(self.queues), self.kinds)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What one ``job_claim`` took: the jobs, and when the next scheduled job falls due.
+
+    ``next_due`` is in seconds from now, known only when the claim filled fewer slots than
+    asked (``None``: no scheduled job waits, or the claim was full).
+    """
+
+    jobs: list[ClaimedJob]
+    next_due: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class RescuedJob:
+    """A job the leader took back from a dead instance, and the status it got."""
+
+    id: int
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownKind:
+    """Due jobs of one kind in one queue that no live worker runs."""
+
+    queue: str
+    kind: str
+    count: int
+
+
+# -- enqueue ------------------------------------------------------------------------------------
+
+
+def insert_params(job: PreparedJob, channel: str) -> tuple[Any, ...]:
+    """Parameters of ``job_insert`` ($1-$10)."""
+    return (
+        job.kind,
+        job.queue,
+        job.payload,
+        job.priority,
+        job.max_attempts,
+        job.run_at,
+        job.run_in,
+        job.key,
+        job.options,
+        channel,
+    )
+
+
+def insert_keyed_params(job: PreparedJob, channel: str) -> tuple[Any, ...]:
+    """Parameters of ``job_insert_keyed``: ``job_insert``'s, then the unique key ($11)."""
+    return (*insert_params(job, channel), job.unique_key)
+
+
+def insert_many_params(jobs: Sequence[PreparedJob], channel: str) -> tuple[Any, ...]:
+    """Parameters of ``job_insert_many``: one array per column, then the channel."""
+    kinds, queues, payloads, priorities, attempts, run_ats, run_ins, keys, options = (
+        [] for _ in range(9)
+    )
+    for job in jobs:
+        kinds.append(job.kind)
+        queues.append(job.queue)
+        payloads.append(job.payload)
+        priorities.append(job.priority)
+        attempts.append(job.max_attempts)
+        run_ats.append(job.run_at)
+        run_ins.append(job.run_in)
+        keys.append(job.key)
+        options.append(job.options)
+    return (kinds, queues, payloads, priorities, attempts, run_ats, run_ins, keys, options, channel)
+
+
+def handles_from_rows(jobs: Sequence[PreparedJob], rows: Sequence[Row]) -> list[JobHandle]:
+    """Pair inserted jobs with the ``(id, scheduled_for, ...)`` rows their insert returned.
+
+    PostgreSQL does not promise that RETURNING follows the input order, but ids are drawn in
+    input order (the insert consumes its ORDER BY'd rows one by one), so sorting by id restores
+    it.
+    """
+    if len(rows) != len(jobs):
+        raise RuntimeError(f"inserted {len(rows)} rows for {len(jobs)} jobs")
+    if len(rows) > 1:
+        rows = sorted(rows, key=lambda row: int(row[0]))
+    new = JobHandle.unchecked
+    return [
+        new(row[0], job.kind, job.queue, row[1], job.key)
+        for job, row in zip(jobs, rows, strict=True)
+    ]
+
+
+def existing_handle(row: Row, conflict: str) -> JobHandle:
+    """Return the handle of the job that refused a duplicate (``job_by_key`` and the like)."""
+    job_id, kind, queue, scheduled_for, key = row
+    return JobHandle(
+        id=job_id,
+        kind=kind,
+        queue=queue,
+        scheduled_for=scheduled_for,
+        job_id=key,
+        inserted=False,
+        conflict=conflict,
+    )
+
+
+COPY_COLUMNS = (
+    "id",
+    "kind",
+    "queue",
+    "payload",
+    "priority",
+    "max_attempts",
+    "scheduled_for",
+    "key",
+    "options",
+)
+
+
+def copy_records(
+    jobs: Sequence[PreparedJob], ids: Sequence[int], now: datetime
+) -> list[tuple[Any, ...]]:
+    """Rows for a bulk COPY, in ``COPY_COLUMNS`` order.
+
+    ``ids`` and ``now`` come from ``job_reserve_ids``: the ids in input order, and the database
+    clock that ``run_in`` counts from, as the INSERT statements do.
+    """
+    ids = sorted(ids)
+    return [
+        (
+            job_id,
+            job.kind,
+            job.queue,
+            job.payload,
+            job.priority,
+            job.max_attempts,
+            job.run_at
+            if job.run_at is not None
+            else (now if not job.run_in else now + timedelta(seconds=job.run_in)),
+            job.key,
+            job.options,
+        )
+        for job, job_id in zip(jobs, ids, strict=True)
+    ]
+
+
+def handles_for_records(
+    jobs: Sequence[PreparedJob], records: Sequence[tuple[Any, ...]]
+) -> list[JobHandle]:
+    """Return the handles of jobs loaded by COPY from ``copy_records``'s rows (same order)."""
+    new = JobHandle.unchecked
+    return [
+        new(record[0], job.kind, job.queue, record[6], job.key)
+        for job, record in zip(jobs, records, strict=True)
+    ]
+
+
+# -- running jobs -------------------------------------------------------------------------------
+
+
+def claim_decode(rows: Sequence[Row], lease: Any, queue: str) -> Claim:
+    """Read ``job_claim``'s rows: the claimed jobs, then (id NULL) the next due time.
+
+    Never raises for what a row holds: options it cannot read end up in ``options_error``.
+    """
+    next_due = None
+    if rows and rows[-1][0] is None:
+        due = rows[-1][-1]
+        next_due = None if due is None else float(due)
+        rows = rows[:-1]
+    jobs = []
+    for row in rows:
+        job_id, kind, payload, attempts, max_attempts, scheduled_for, options, priority, key = row[
+            :9
+        ]
+        job = ClaimedJob(
+            id=job_id,
+            kind=kind,
+            queue=queue,
+            payload_text=payload,
+            attempt=attempts,
+            max_attempts=max_attempts,
+            scheduled_for=scheduled_for,
+            priority=priority,
+            lease=lease,
+            job_id=key,
+        )
+        read_options(job, options)
+        jobs.append(job)
+    return Claim(jobs, next_due)
+
+
+def finish_params(batch: Sequence[tuple[ClaimedJob, Outcome]]) -> tuple[list[Any], ...]:
+    """Return the array parameters of ``job_finish_many`` for a batch of outcomes."""
+    columns: tuple[list[Any], ...] = ([], [], [], [], [], [], [], [])
+    ids, leases, actions, statuses, delays, messages, errors, durations = columns
+    for job, outcome in batch:
+        ids.append(job.id)
+        leases.append(job.lease)
+        if outcome.action in ("retry", "fail", "cancel"):
+            actions.append("error")
+            statuses.append(outcome.status)
+            messages.append(outcome.message)
+            errors.append(outcome.error)
+        else:
+            actions.append(outcome.action)
+            statuses.append(None)
+            messages.append(None)
+            errors.append(None)
+        delays.append(outcome.delay)
+        durations.append(job.duration)
+    return columns
+
+
+# -- inspecting ---------------------------------------------------------------------------------
+
+
+def job_info(row: Row) -> JobInfo:
+    """Read one ``job_get`` row."""
+    (
+        id_,
+        kind,
+        queue,
+        payload,
+        status,
+        priority,
+        attempts,
+        max_attempts,
+        created_at,
+        scheduled_for,
+        finished_at,
+        last_error,
+        errors,
+        key,
+        duration,
+    ) = row
+    return JobInfo(
+        id=id_,
+        kind=kind,
+        queue=queue,
+        payload=json.loads(payload),
+        status=status,
+        priority=priority,
+        attempts=attempts,
+        max_attempts=max_attempts,
+        created_at=created_at,
+        scheduled_for=scheduled_for,
+        finished_at=finished_at,
+        last_error=last_error,
+        errors=json.loads(errors),
+        job_id=key,
+        duration=duration,
+    )
