@@ -135,9 +135,10 @@ def _check_statement_names() -> None:
     """Fail at import when queries.sql and the attributes of :class:`Queries` disagree."""
     in_file = set(_raw_queries())
     if in_file != _STATEMENT_NAMES:
+        only_file, only_class = in_file - _STATEMENT_NAMES, _STATEMENT_NAMES - in_file
         raise RuntimeError(
             "pgqueue/sql/queries.sql and pgqueue.queries.Queries disagree: only in the file "
-            f"{sorted(in_file - _STATEMENT_NAMES)}, only declared {sorted(_STATEMENT_NAMES - in_file)}"
+            f"{sorted(only_file)}, only declared {sorted(only_class)}"
         )
 
 

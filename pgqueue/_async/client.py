@@ -27,6 +27,7 @@ from ..errors import (
     InvalidJobOptions,
     JobIdConflict,
 )
+from ..events import AdminAction, EventHub, JobsEnqueued, LogSubscriber
 from ..jobs import JobHandle, Worker, WorkerRegistry
 from ..options import JobOptionKwargs, JobOptions
 from ..records import JobInfo
@@ -91,6 +92,10 @@ class AsyncClient:
         self.settings = settings or Settings()
         self._store = AsyncStore(driver, self.settings)
         self._runtime: AsyncRuntime | None = None
+        self.events = EventHub()
+        """Where the client and its workers emit :mod:`pgqueue.events`; subscribe here."""
+        self.log_subscription = self.events.subscribe(LogSubscriber(), *LogSubscriber.TYPES)
+        """Call it to stop the default logging of job failures, rescues and leadership."""
 
     @classmethod
     async def connect(
@@ -193,6 +198,7 @@ class AsyncClient:
             self.settings,
             queues or {"default": 10},
             config or RuntimeConfig(),
+            events=self.events,
         )
         await runtime.start()
         self._runtime = runtime
@@ -239,7 +245,10 @@ class AsyncClient:
         Returns the status the job had (``"pending"`` or ``"processing"``), or ``None`` when
         it was already finished or does not exist.
         """
-        return await self._store.job_cancel(job_id)
+        was = await self._store.job_cancel(job_id)
+        if was is not None and self.events.wants(AdminAction):
+            self.events.emit(AdminAction("cancel", (job_id,), {"was": was}))
+        return was
 
     async def get_job(self, job_id: int) -> JobInfo | None:
         """Return a job's current state, or ``None`` if it does not exist (any more)."""
@@ -273,8 +282,12 @@ class AsyncClient:
         _check_on_conflict(on_conflict)
         prepared = self._prepare(job, call_options(options, option_kwargs))
         if prepared.keyed:
-            return await self._insert_keyed(self.driver, prepared, on_conflict)
-        return (await self._insert(self.driver, [prepared]))[0]
+            handle = await self._insert_keyed(self.driver, prepared, on_conflict)
+        else:
+            handle = (await self._insert(self.driver, [prepared]))[0]
+        if self.events.wants(JobsEnqueued) and handle.inserted:
+            self.events.emit(JobsEnqueued((handle,)))
+        return handle
 
     async def add_job_with_tx(
         self,
@@ -296,8 +309,12 @@ class AsyncClient:
         prepared = self._prepare(job, call_options(options, option_kwargs))
         driver = self._tx_driver(tx)
         if prepared.keyed:
-            return await self._insert_keyed(driver, prepared, on_conflict)
-        return (await self._insert(driver, [prepared]))[0]
+            handle = await self._insert_keyed(driver, prepared, on_conflict)
+        else:
+            handle = (await self._insert(driver, [prepared]))[0]
+        if self.events.wants(JobsEnqueued) and handle.inserted:
+            self.events.emit(JobsEnqueued((handle,), in_transaction=True))
+        return handle
 
     async def add_jobs(
         self, jobs: Iterable[JobSpec], *, options: JobOptions | None = None
@@ -312,10 +329,13 @@ class AsyncClient:
         prepared = self._prepare_many(jobs, options)
         if any(job.keyed for job in prepared):
             async with self.driver.with_tx() as tx:
-                return await self._insert_mixed(tx, prepared)
-        if len(prepared) >= COPY_MIN and self._store.supports_copy:
-            return await self._store.job_copy(prepared)
-        return await self._insert(self.driver, prepared)
+                handles = await self._insert_mixed(tx, prepared)
+        elif len(prepared) >= COPY_MIN and self._store.supports_copy:
+            handles = await self._store.job_copy(prepared)
+        else:
+            handles = await self._insert(self.driver, prepared)
+        self._emit_enqueued(handles, False)
+        return handles
 
     async def add_jobs_with_tx(
         self, tx: object, jobs: Iterable[JobSpec], *, options: JobOptions | None = None
@@ -330,8 +350,17 @@ class AsyncClient:
         driver = self._tx_driver(tx)
         if any(job.keyed for job in prepared):
             async with driver.with_tx() as savepoint:
-                return await self._insert_mixed(savepoint, prepared)
-        return await self._insert(driver, prepared)
+                handles = await self._insert_mixed(savepoint, prepared)
+        else:
+            handles = await self._insert(driver, prepared)
+        self._emit_enqueued(handles, True)
+        return handles
+
+    def _emit_enqueued(self, handles: list[JobHandle], in_transaction: bool) -> None:
+        if self.events.wants(JobsEnqueued):
+            inserted = [h for h in handles if h.inserted]
+            if inserted:
+                self.events.emit(JobsEnqueued(inserted, in_transaction))
 
     async def _insert_mixed(
         self, driver: AsyncDriver, jobs: Sequence[PreparedJob]

@@ -29,6 +29,7 @@ from ..errors import (
     InvalidJobOptions,
     JobIdConflict,
 )
+from ..events import AdminAction, EventHub, JobsEnqueued, LogSubscriber
 from ..jobs import JobHandle, Worker, WorkerRegistry
 from ..options import JobOptionKwargs, JobOptions
 from ..records import JobInfo
@@ -93,6 +94,10 @@ class Client:
         self.settings = settings or Settings()
         self._store = Store(driver, self.settings)
         self._runtime: Runtime | None = None
+        self.events = EventHub()
+        """Where the client and its workers emit :mod:`pgqueue.events`; subscribe here."""
+        self.log_subscription = self.events.subscribe(LogSubscriber(), *LogSubscriber.TYPES)
+        """Call it to stop the default logging of job failures, rescues and leadership."""
 
     @classmethod
     def connect(
@@ -195,6 +200,7 @@ class Client:
             self.settings,
             queues or {"default": 10},
             config or RuntimeConfig(),
+            events=self.events,
         )
         runtime.start()
         self._runtime = runtime
@@ -241,7 +247,10 @@ class Client:
         Returns the status the job had (``"pending"`` or ``"processing"``), or ``None`` when
         it was already finished or does not exist.
         """
-        return self._store.job_cancel(job_id)
+        was = self._store.job_cancel(job_id)
+        if was is not None and self.events.wants(AdminAction):
+            self.events.emit(AdminAction("cancel", (job_id,), {"was": was}))
+        return was
 
     def get_job(self, job_id: int) -> JobInfo | None:
         """Return a job's current state, or ``None`` if it does not exist (any more)."""
@@ -275,8 +284,12 @@ class Client:
         _check_on_conflict(on_conflict)
         prepared = self._prepare(job, call_options(options, option_kwargs))
         if prepared.keyed:
-            return self._insert_keyed(self.driver, prepared, on_conflict)
-        return self._insert(self.driver, [prepared])[0]
+            handle = self._insert_keyed(self.driver, prepared, on_conflict)
+        else:
+            handle = self._insert(self.driver, [prepared])[0]
+        if self.events.wants(JobsEnqueued) and handle.inserted:
+            self.events.emit(JobsEnqueued((handle,)))
+        return handle
 
     def add_job_with_tx(
         self,
@@ -298,8 +311,12 @@ class Client:
         prepared = self._prepare(job, call_options(options, option_kwargs))
         driver = self._tx_driver(tx)
         if prepared.keyed:
-            return self._insert_keyed(driver, prepared, on_conflict)
-        return self._insert(driver, [prepared])[0]
+            handle = self._insert_keyed(driver, prepared, on_conflict)
+        else:
+            handle = self._insert(driver, [prepared])[0]
+        if self.events.wants(JobsEnqueued) and handle.inserted:
+            self.events.emit(JobsEnqueued((handle,), in_transaction=True))
+        return handle
 
     def add_jobs(
         self, jobs: Iterable[JobSpec], *, options: JobOptions | None = None
@@ -314,10 +331,13 @@ class Client:
         prepared = self._prepare_many(jobs, options)
         if any(job.keyed for job in prepared):
             with self.driver.with_tx() as tx:
-                return self._insert_mixed(tx, prepared)
-        if len(prepared) >= COPY_MIN and self._store.supports_copy:
-            return self._store.job_copy(prepared)
-        return self._insert(self.driver, prepared)
+                handles = self._insert_mixed(tx, prepared)
+        elif len(prepared) >= COPY_MIN and self._store.supports_copy:
+            handles = self._store.job_copy(prepared)
+        else:
+            handles = self._insert(self.driver, prepared)
+        self._emit_enqueued(handles, False)
+        return handles
 
     def add_jobs_with_tx(
         self, tx: object, jobs: Iterable[JobSpec], *, options: JobOptions | None = None
@@ -332,8 +352,17 @@ class Client:
         driver = self._tx_driver(tx)
         if any(job.keyed for job in prepared):
             with driver.with_tx() as savepoint:
-                return self._insert_mixed(savepoint, prepared)
-        return self._insert(driver, prepared)
+                handles = self._insert_mixed(savepoint, prepared)
+        else:
+            handles = self._insert(driver, prepared)
+        self._emit_enqueued(handles, True)
+        return handles
+
+    def _emit_enqueued(self, handles: list[JobHandle], in_transaction: bool) -> None:
+        if self.events.wants(JobsEnqueued):
+            inserted = [h for h in handles if h.inserted]
+            if inserted:
+                self.events.emit(JobsEnqueued(inserted, in_transaction))
 
     def _insert_mixed(self, driver: Driver, jobs: Sequence[PreparedJob]) -> list[JobHandle]:
         # Plain jobs in bulk, jobs with a job_id or unique lock one by one; duplicates are

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError, ConnectionLost, DatabaseError
+from ..events import EventHub, LogSubscriber
 from ..execution import (
     ClaimedJob,
     Outcome,
@@ -85,6 +86,8 @@ class Runtime:
         settings: Settings,
         queues: Mapping[str, int],
         config: RuntimeConfig,
+        *,
+        events: EventHub | None = None,
     ) -> None:
         if not queues:
             raise ConfigurationError("start() needs at least one queue, e.g. {'default': 10}")
@@ -100,6 +103,10 @@ class Runtime:
         self.registry = registry
         self.settings = settings
         self.config = config
+        if events is None:  # a runtime built on its own (tests): log as a client would
+            events = EventHub()
+            events.subscribe(LogSubscriber(), *LogSubscriber.TYPES)
+        self.events = events
         self.queues = dict(queues)
         self.instance_id = uuid.uuid4()
         self._store = Store(driver, settings)
