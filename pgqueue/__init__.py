@@ -9,7 +9,7 @@ from ._async.client import AsyncClient
 from ._async.driver import AsyncAdvisoryLock, AsyncDriver, AsyncListener, AsyncSupportsCopy
 from ._sync.client import Client
 from ._sync.driver import AdvisoryLock, Driver, Listener, SupportsCopy
-from .adapter_registry import Notification
+from .driver import Notification
 from .errors import (
     ConfigurationError,
     ConnectionLost,

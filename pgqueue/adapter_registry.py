@@ -1,104 +1,140 @@
-"""Types shared by both sides of the driver seam, and the lookup from a name to an adapter.
+"""The registry of adapters: which adapters exist, and how the core picks one.
 
-The core never imports a database library. It finds an adapter by name (``"psycopg"``) or by
-the type of a native object a caller hands in (a psycopg ``Connection`` given to
-``add_job_with_tx``), and imports the adapter module only then.
+The core never imports a database library and never names a driver. It finds an adapter by
+name (``"psycopg"``), by URL scheme, or by the type of a native object a caller hands in (a
+psycopg ``Connection`` given to ``add_job_with_tx``), and asks the :class:`Adapter` what it can
+do. What an adapter is lives in its package (``pgqueue_adapters/<name>/``, which exports one
+``ADAPTER``); what the registry knows of it is one line of ``_ADAPTERS``: where the package is,
+which libraries it needs and which pip extra installs them.
+
+An adapter package imports its library only when an entry point runs, so reading an
+adapter's capabilities (to resolve a URL, or to log which driver runs) imports no database
+library; :func:`load_adapter` checks the libraries first, with an install hint.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
-from types import ModuleType
-from typing import Any
+from typing import Protocol, runtime_checkable
 
+from .driver import AsyncDriver, Driver
 from .errors import ConfigurationError, DriverNotInstalled
 
 __all__ = [
     "DRIVER_ENV_VAR",
-    "LOCK_IDLE_TIMEOUT_SQL",
-    "LOST_SQLSTATES",
-    "Notification",
-    "Params",
-    "Row",
+    "Adapter",
+    "AdapterUrl",
     "adapter_for_native",
     "asyncio_only",
     "describe_driver",
     "driver_names",
-    "idle_timeout_setting",
     "load_adapter",
-    "native_transaction",
+    "require_installed",
     "resolve_driver_name",
+    "url_without_driver",
 ]
-
-Row = tuple[Any, ...]
-"""One result row: a tuple of Python values, in the statement's column order."""
-
-Params = Sequence[Any]
-"""Positional parameters for ``$1, $2, ...`` placeholders."""
 
 DRIVER_ENV_VAR = "PGQUEUE_DRIVER"
 
-LOST_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "57P04", "57P05", "25P03"})
-"""SQLSTATEs (besides class 08, connection exceptions) that mean the session is gone:
-admin_shutdown (pg_terminate_backend), crash_shutdown, cannot_connect_now, database_dropped,
-idle_session_timeout and idle_in_transaction_session_timeout. Adapters raise ConnectionLost."""
-
-# Run by adapters on an advisory-lock session that was given an idle timeout. Servers before
-# PostgreSQL 14 have no idle_session_timeout; there the lock lasts as long as the session.
-LOCK_IDLE_TIMEOUT_SQL = (
-    "SELECT set_config('idle_session_timeout', $1, false) "
-    "WHERE current_setting('server_version_num')::int >= 140000"
-)
-
-
-def idle_timeout_setting(seconds: float) -> str:
-    """``seconds`` as an ``idle_session_timeout`` value (whole milliseconds, at least 1)."""
-    return f"{max(1, round(seconds * 1000))}ms"
-
 
 @dataclass(frozen=True)
-class Notification:
-    """One NOTIFY received by a listener."""
+class AdapterUrl:
+    """What an adapter makes of the URL a user gave (see :meth:`Adapter.read_url`)."""
 
-    channel: str
-    payload: str
-    pid: int
+    url: str | None
+    """The URL the adapter connects to (``None`` when none was given)."""
+    asyncio_only: bool
+    """Whether this URL needs asyncio even though the adapter has a sync side (SQLAlchemy's
+    ``postgresql+asyncpg://``)."""
+    description: str
+    """How logs name the driver: ``"psycopg"``, ``"sqlalchemy (asyncpg)"``."""
+
+
+@runtime_checkable
+class Adapter(Protocol):
+    """One adapter: what it can do, and the six entry points the clients call.
+
+    Every package in ``pgqueue_adapters`` exports one ``ADAPTER`` that implements this. Its
+    capabilities must be readable without importing the database library; the entry points
+    import it. Each entry point raises :class:`~pgqueue.ConfigurationError` for an object it
+    does not accept, and an adapter without a sync side raises it from the ``sync_*`` ones.
+    """
+
+    @property
+    def has_sync(self) -> bool:
+        """Whether the library has a blocking API, so that ``Client`` can use the adapter."""
+        ...
+
+    @property
+    def url_schemes(self) -> tuple[str, ...]:
+        """URL schemes, lowercase, that name this adapter: ``("postgresql+asyncpg", ...)``."""
+        ...
+
+    @property
+    def reads_url_dialect(self) -> bool:
+        """Whether the adapter reads a URL's ``+dialect`` itself (SQLAlchemy).
+
+        Given this adapter by name, a ``postgresql+<anything>://`` URL is its own to accept or
+        refuse; other adapters refuse a scheme that no adapter claims.
+        """
+        ...
+
+    @property
+    def native_modules(self) -> tuple[str, ...]:
+        """Top-level modules whose objects the adapter wraps (``("psycopg", "psycopg_pool")``).
+
+        An object whose type is defined in one of them (or below) goes to this adapter.
+        """
+        ...
+
+    def read_url(self, url: str | None) -> AdapterUrl:
+        """Say what the adapter makes of ``url``: what it connects to, and how to name it."""
+        ...
+
+    async def async_connect(self, url: str) -> AsyncDriver:
+        """Open what ``AsyncClient.connect(url)`` needs; the driver owns and closes it."""
+        ...
+
+    def async_from_native(self, obj: object) -> AsyncDriver:
+        """Return a driver that uses, never closes, a caller's pool, engine or connection."""
+        ...
+
+    def async_wrap_transaction(self, obj: object) -> AsyncDriver:
+        """Return a driver that runs inside the caller's open transaction on ``obj``.
+
+        It never commits or rolls back; its ``with_tx`` makes a savepoint.
+        """
+        ...
+
+    def sync_connect(self, url: str) -> Driver:
+        """Blocking :meth:`async_connect`, for ``Client.connect(url)``."""
+        ...
+
+    def sync_from_native(self, obj: object) -> Driver:
+        """Blocking :meth:`async_from_native`."""
+        ...
+
+    def sync_wrap_transaction(self, obj: object) -> Driver:
+        """Blocking :meth:`async_wrap_transaction`."""
+        ...
 
 
 @dataclass(frozen=True)
 class _AdapterInfo:
-    module: str
+    module: str  # the adapter package, which exports ADAPTER
     libraries: tuple[str, ...]  # top-level modules that must be importable
-    extra: str  # the pip extra that installs it
-    native_prefixes: tuple[str, ...]  # module prefixes of native objects it can wrap
+    extra: str  # the pip extra that installs them
 
 
-# Every adapter module offers the same six functions: async_connect(url), async_from_native(obj),
-# async_wrap_transaction(obj) and their sync_ twins (an asyncio-only library raises a
-# ConfigurationError from the sync ones).
+# One line per adapter. The first is the default driver.
 _ADAPTERS: dict[str, _AdapterInfo] = {
-    "psycopg": _AdapterInfo(
-        "pgqueue_adapters.psycopg",
-        ("psycopg", "psycopg_pool"),
-        "psycopg",
-        ("psycopg", "psycopg_pool"),
-    ),
-    "asyncpg": _AdapterInfo("pgqueue_adapters.asyncpg", ("asyncpg",), "asyncpg", ("asyncpg",)),
-    "sqlalchemy": _AdapterInfo(
-        "pgqueue_adapters.sqlalchemy", ("sqlalchemy",), "sqlalchemy", ("sqlalchemy",)
-    ),
+    "psycopg": _AdapterInfo("pgqueue_adapters.psycopg", ("psycopg", "psycopg_pool"), "psycopg"),
+    "asyncpg": _AdapterInfo("pgqueue_adapters.asyncpg", ("asyncpg",), "asyncpg"),
+    "sqlalchemy": _AdapterInfo("pgqueue_adapters.sqlalchemy", ("sqlalchemy",), "sqlalchemy"),
 }
-
-# URL schemes that name a driver, as SQLAlchemy spells them.
-_SCHEME_DRIVERS = {
-    "postgresql+psycopg": "psycopg",
-    "postgres+psycopg": "psycopg",
-    "postgresql+asyncpg": "asyncpg",
-    "postgres+asyncpg": "asyncpg",
-}
+_DEFAULT_DRIVER = next(iter(_ADAPTERS))
 
 
 def driver_names() -> list[str]:
@@ -106,58 +142,70 @@ def driver_names() -> list[str]:
     return sorted(_ADAPTERS)
 
 
+def _declared(name: str) -> Adapter:
+    """Return driver ``name``'s adapter without checking its libraries (its capabilities only)."""
+    adapter: Adapter = importlib.import_module(_ADAPTERS[name].module).ADAPTER
+    return adapter
+
+
+def url_without_driver(url: str | None) -> str | None:
+    """Return ``url`` with a ``+driver`` part of its scheme removed: ``postgresql://...``."""
+    if url is None or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    return "postgresql://" + rest if "+" in scheme else url
+
+
 def resolve_driver_name(url: str | None, driver: str | None) -> tuple[str, str | None]:
-    """Decide which driver to use and return ``(name, url)`` with any driver scheme removed.
+    """Decide which driver to use and return ``(name, url)``, the URL as the driver reads it.
 
     Precedence: the explicit ``driver`` argument, then a ``postgresql+<driver>://`` URL scheme,
-    then ``$PGQUEUE_DRIVER``, then ``"psycopg"``. For the ``sqlalchemy`` driver the URL is kept
-    as given: SQLAlchemy reads its own ``+dialect`` part.
+    then ``$PGQUEUE_DRIVER``, then ``"psycopg"``. Most drivers connect to the URL with its
+    ``+driver`` part removed; one that reads the dialect itself (SQLAlchemy) keeps it.
     """
+    scheme = url.split("://", 1)[0] if url and "://" in url else ""
     scheme_driver = None
-    plain_url = url
-    if url is not None and "://" in url:
-        scheme, rest = url.split("://", 1)
-        if "+" in scheme:
-            scheme_driver = _SCHEME_DRIVERS.get(scheme.lower())
-            if scheme_driver is None and driver != "sqlalchemy":
-                raise ConfigurationError(
-                    f"unknown driver in URL scheme {scheme!r}: use postgresql:// with "
-                    f"driver= one of {', '.join(driver_names())}"
-                )
-            plain_url = "postgresql://" + rest
-    name = driver or scheme_driver or os.environ.get(DRIVER_ENV_VAR) or "psycopg"
+    if "+" in scheme:
+        lower = scheme.lower()
+        scheme_driver = next((n for n in _ADAPTERS if lower in _declared(n).url_schemes), None)
+        # Given by name, an adapter that reads the dialect itself judges the scheme.
+        named_reader = (
+            driver is not None and driver in _ADAPTERS and _declared(driver).reads_url_dialect
+        )
+        if scheme_driver is None and not named_reader:
+            raise ConfigurationError(
+                f"unknown driver in URL scheme {scheme!r}: use postgresql:// with "
+                f"driver= one of {', '.join(driver_names())}"
+            )
+    name = driver or scheme_driver or os.environ.get(DRIVER_ENV_VAR) or _DEFAULT_DRIVER
     if name not in _ADAPTERS:
         raise ConfigurationError(f"unknown driver {name!r}: use one of {', '.join(driver_names())}")
-    return name, (url if name == "sqlalchemy" else plain_url)
+    return name, _declared(name).read_url(url).url
 
 
 def asyncio_only(url: str | None, driver: str | None) -> bool:
     """Whether the driver that ``url`` and ``driver`` select runs only under asyncio.
 
-    That is asyncpg, directly or as the dialect of a ``postgresql+asyncpg://`` SQLAlchemy URL:
-    only :class:`~pgqueue.AsyncClient` can use it. Resolution as in :func:`resolve_driver_name`.
+    That is a driver without a sync side (asyncpg), or a URL that selects one under a driver
+    that has one (SQLAlchemy's ``postgresql+asyncpg://``): only :class:`~pgqueue.AsyncClient`
+    can use it. Resolution as in :func:`resolve_driver_name`.
     """
     name, _ = resolve_driver_name(url, driver)
-    if name == "asyncpg":
-        return True
-    return name == "sqlalchemy" and _url_scheme(url).endswith("+asyncpg")
+    adapter = _declared(name)
+    return not adapter.has_sync or adapter.read_url(url).asyncio_only
 
 
 def describe_driver(url: str | None, driver: str | None) -> str:
     """Name the driver that ``url`` and ``driver`` select, for logs: ``"sqlalchemy (asyncpg)"``."""
     name, _ = resolve_driver_name(url, driver)
-    if name != "sqlalchemy":
-        return name
-    _, plus, dialect = _url_scheme(url).partition("+")
-    return f"sqlalchemy ({dialect if plus else 'psycopg'})"
+    return _declared(name).read_url(url).description
 
 
-def _url_scheme(url: str | None) -> str:
-    return (url or "").split("://", 1)[0].lower() if url and "://" in url else ""
+def require_installed(name: str) -> None:
+    """Check that driver ``name``'s libraries can be imported.
 
-
-def load_adapter(name: str) -> ModuleType:
-    """Import the adapter module for driver ``name``, with an install hint if it cannot be."""
+    Raises :class:`~pgqueue.DriverNotInstalled`, which says what to install, if one cannot.
+    """
     info = _ADAPTERS[name]
     for library in info.libraries:
         try:
@@ -167,55 +215,20 @@ def load_adapter(name: str) -> ModuleType:
                 f"the {name} driver needs the {library} package: "
                 f"pip install 'pgqueue[{info.extra}]'"
             ) from exc
-    return importlib.import_module(info.module)
 
 
-def native_transaction(obj: object) -> object:
-    """Return the database library's connection behind a framework's connection object.
+def load_adapter(name: str) -> Adapter:
+    """Return the adapter of driver ``name``, with an install hint if its library is missing."""
+    require_installed(name)
+    return _declared(name)
 
-    A Django database connection (``django.db.connection``, or ``django.db.connections[alias]``)
-    becomes the psycopg 3 connection it wraps, connected first if it was not yet. Django is not
-    imported: it is recognised by its module and by ``vendor`` and ``ensure_connection``. Any
-    other object is returned as it is.
-    """
+
+def adapter_for_native(obj: object) -> Adapter:
+    """Return the adapter that can run statements on native object ``obj``."""
     module = type(obj).__module__ or ""
-    if module.split(".")[0] != "django":
-        return obj
-    vendor = getattr(obj, "vendor", None)
-    ensure_connection = getattr(obj, "ensure_connection", None)
-    if not isinstance(vendor, str) or not callable(ensure_connection):
-        return obj
-    if vendor != "postgresql":
-        raise ConfigurationError(
-            f"this Django database connection is {vendor!r}: pgqueue needs PostgreSQL; pass "
-            "the connection of a database with ENGINE 'django.db.backends.postgresql'"
-        )
-    try:
-        ensure_connection()
-    except Exception as exc:
-        if type(exc).__name__ != "SynchronousOnlyOperation":
-            raise
-        raise ConfigurationError(
-            "Django's database connection is sync, and Django refuses it inside a running "
-            "event loop: enqueue with pgqueue.Client from sync code (in an async view, wrap "
-            "the call in asgiref's sync_to_async)"
-        ) from exc
-    native: object = getattr(obj, "connection", None)
-    library = (type(native).__module__ or "").split(".")[0]
-    if library != "psycopg":
-        raise ConfigurationError(
-            f"this Django database connection runs on {library or 'an unknown library'}, not "
-            "psycopg 3: pip install 'psycopg[binary]' (Django 4.2 and later use psycopg 3 when "
-            "it is installed), or pass a connection of pgqueue's own"
-        )
-    return native
-
-
-def adapter_for_native(obj: object) -> ModuleType:
-    """Return the adapter module that can run statements on native object ``obj``."""
-    module = type(obj).__module__ or ""
-    for name, info in _ADAPTERS.items():
-        if any(module == p or module.startswith(p + ".") for p in info.native_prefixes):
+    for name in _ADAPTERS:
+        prefixes = _declared(name).native_modules
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
             return load_adapter(name)
     raise ConfigurationError(
         f"cannot use a {type(obj).__module__}.{type(obj).__qualname__} as a database "

@@ -10,7 +10,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 import pgqueue
-from pgqueue.adapter_registry import native_transaction
+from pgqueue.frameworks import native_transaction
 from tests import jobs
 
 django = pytest.importorskip("django")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import subprocess
 import sys
 import textwrap
@@ -10,7 +12,16 @@ from pathlib import Path
 import pytest
 
 import pgqueue
-from pgqueue.adapter_registry import DRIVER_ENV_VAR, driver_names, resolve_driver_name
+from pgqueue.adapter_registry import (
+    _ADAPTERS,
+    DRIVER_ENV_VAR,
+    Adapter,
+    asyncio_only,
+    describe_driver,
+    driver_names,
+    load_adapter,
+    resolve_driver_name,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 DRIVER_LIBRARIES = ("psycopg", "psycopg_pool", "asyncpg", "sqlalchemy")
@@ -143,6 +154,99 @@ assert not [m for m in sys.modules if m.split(".")[0] in BLOCKED], "a blocked mo
     assert "pgqueue._sync.client" in lines
     assert "DRIVER-NOT-INSTALLED-OK" in lines
     assert "ASYNC-DRIVER-NOT-INSTALLED-OK" in lines
+
+
+def test_reading_adapters_imports_no_database_library() -> None:
+    # The registry reads every adapter's capabilities to resolve a URL or log a driver's name;
+    # only an entry point may import the library (and load_adapter says what to install).
+    result = run_python(
+        BLOCK_DRIVERS
+        + """
+import pgqueue
+from pgqueue.adapter_registry import asyncio_only, describe_driver, load_adapter
+from pgqueue.adapter_registry import resolve_driver_name
+
+assert resolve_driver_name("postgresql+asyncpg://x/y", None) == ("asyncpg", "postgresql://x/y")
+assert asyncio_only("postgresql+asyncpg://x/y", "sqlalchemy")
+assert not asyncio_only("postgresql://x/y", "sqlalchemy")
+assert describe_driver("postgresql+asyncpg://x/y", "sqlalchemy") == "sqlalchemy (asyncpg)"
+try:
+    load_adapter("asyncpg")
+except pgqueue.DriverNotInstalled as exc:
+    assert "pip install 'pgqueue[asyncpg]'" in str(exc), str(exc)
+else:
+    raise AssertionError("load_adapter did not raise DriverNotInstalled")
+assert not [m for m in sys.modules if m.split(".")[0] in BLOCKED], "a blocked module loaded"
+print("READ-OK")
+"""
+    )
+    assert "READ-OK" in result.stdout.splitlines()
+
+
+# -- the adapters ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", driver_names())
+def test_every_adapter_implements_the_protocol(name: str) -> None:
+    adapter = load_adapter(name)
+    assert isinstance(adapter, Adapter)
+    package = importlib.import_module(_ADAPTERS[name].module)
+    assert package.ADAPTER is adapter
+    # every name the package exports resolves (the driver classes are imported on first use)
+    for exported in package.__all__:
+        assert getattr(package, exported) is not None, exported
+    assert all(scheme == scheme.lower() and "+" in scheme for scheme in adapter.url_schemes)
+    assert adapter.native_modules
+    for url in (None, "postgresql://u@h/db", *(f"{s}://u@h/db" for s in adapter.url_schemes)):
+        reading = adapter.read_url(url)
+        assert reading.description.startswith(name), reading
+        # an adapter without a sync side is asyncio-only whatever the URL
+        assert asyncio_only(url, name) is (not adapter.has_sync or reading.asyncio_only)
+        assert describe_driver(url, name) == reading.description
+
+
+def test_url_schemes_name_one_adapter_each() -> None:
+    schemes = [s for name in driver_names() for s in load_adapter(name).url_schemes]
+    assert len(schemes) == len(set(schemes)), schemes
+
+
+def _string_constants(tree: ast.AST, skip: ast.AST | None) -> list[tuple[int, str]]:
+    found: list[tuple[int, str]] = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if node is skip:
+            continue
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found.append((node.lineno, node.value))
+        stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def test_the_core_names_no_driver_outside_the_registry_table() -> None:
+    # The core asks adapters what they can do; only the registry's table names them. A
+    # string that is a driver's name, URL scheme or package is a driver fact leaking out.
+    # ("psycopg" stays allowed: Django's backend runs on it, see pgqueue/frameworks.py.)
+    forbidden = {name for name in driver_names() if name != "psycopg"}
+    for name in driver_names():
+        forbidden.update(load_adapter(name).url_schemes)
+        forbidden.add(_ADAPTERS[name].module)
+    offenders = []
+    for path in sorted((REPO / "pgqueue").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        table = None
+        if path.name == "adapter_registry.py":
+            table = next(
+                node
+                for node in tree.body
+                if isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and node.target.id == "_ADAPTERS"
+            )
+        for line, value in _string_constants(tree, table):
+            if value.lower() in forbidden:
+                offenders.append(f"{path.relative_to(REPO)}:{line}: {value!r}")
+    assert not offenders, offenders
 
 
 # -- resolve_driver_name -----------------------------------------------------------------------

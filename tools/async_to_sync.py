@@ -79,8 +79,10 @@ _HAND_WRITTEN: Final = frozenset({"compat.py", "__init__.py"})
 # Which asyncio sources have a generated sync twin. Extend this list to add more.
 FILE_RULES: Final[tuple[FileRule, ...]] = (
     FileRule("pgqueue/_async/*.py", "_async", "_sync", _HAND_WRITTEN),
+    FileRule("pgqueue/_async/runtime/*.py", "_async", "_sync"),
     FileRule("tests/_async/*.py", "_async", "_sync", _HAND_WRITTEN),
     FileRule("pgqueue_adapters/psycopg/_async.py", "_async.py", "_sync.py"),
+    FileRule("pgqueue_adapters/psycopg/_async_library.py", "_async_library.py", "_sync_library.py"),
     FileRule("pgqueue_adapters/sqlalchemy/_async.py", "_async.py", "_sync.py"),
 )
 

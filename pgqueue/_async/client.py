@@ -13,12 +13,7 @@ from typing import Literal
 
 from typing_extensions import Unpack
 
-from ..adapter_registry import (
-    adapter_for_native,
-    load_adapter,
-    native_transaction,
-    resolve_driver_name,
-)
+from ..adapter_registry import adapter_for_native, load_adapter, resolve_driver_name
 from ..enqueue import PreparedJob, call_options, prepare
 from ..errors import (
     ConfigurationError,
@@ -28,6 +23,7 @@ from ..errors import (
     JobIdConflict,
 )
 from ..events import AdminAction, EventHub, JobsEnqueued, LogSubscriber
+from ..frameworks import native_transaction
 from ..jobs import JobHandle, Worker, WorkerRegistry
 from ..options import JobOptionKwargs, JobOptions
 from ..records import JobInfo
@@ -121,8 +117,9 @@ class AsyncClient:
                     "no database to connect to: pass a URL such as "
                     "postgresql://user@localhost/app, or set PGQUEUE_DSN"
                 )
-            name, url = resolve_driver_name(url, driver)
-            drv: AsyncDriver = await load_adapter(name).async_connect(url)
+            name, connect_url = resolve_driver_name(url, driver)
+            assert connect_url is not None  # an adapter reads a URL as a URL
+            drv = await load_adapter(name).async_connect(connect_url)
         else:
             drv = adapter_for_native(target).async_from_native(target)
         return cls(drv, registry=registry, settings=settings)
@@ -433,8 +430,7 @@ class AsyncClient:
     def _tx_driver(self, tx: object) -> AsyncDriver:
         # A framework's connection object (Django's) stands for the library connection it wraps.
         obj = native_transaction(tx)
-        driver: AsyncDriver = adapter_for_native(obj).async_wrap_transaction(obj)
-        return driver
+        return adapter_for_native(obj).async_wrap_transaction(obj)
 
     async def _insert(self, driver: AsyncDriver, jobs: Sequence[PreparedJob]) -> list[JobHandle]:
         store = self._store.on(driver)

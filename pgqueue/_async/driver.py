@@ -1,7 +1,8 @@
 """The seam between pgqueue's core and a database library: the driver protocols.
 
 The asyncio protocols are written in pgqueue/_async/driver.py; the sync ones in
-pgqueue/_sync/driver.py are generated from them.
+pgqueue/_sync/driver.py are generated from them. Adapters import both, with the values they
+share, from the public module :mod:`pgqueue.driver`.
 
 The core talks to PostgreSQL only through these methods. An adapter in ``pgqueue_adapters``
 implements them for one library; ``tests/_async/test_conformance.py`` is the contract every
@@ -24,11 +25,22 @@ from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, runtime_checkable
 
-from ..adapter_registry import Notification, Params, Row
-from ..errors import ConfigurationError
+from .._driver_values import (
+    ADVISORY_LOCK_HELD_SQL,
+    ADVISORY_LOCK_IDLE_TIMEOUT_SQL,
+    ADVISORY_LOCK_RELEASE_SQL,
+    ADVISORY_LOCK_TRY_SQL,
+    Notification,
+    Params,
+    Row,
+    advisory_lock_held_params,
+    idle_timeout_setting,
+)
+from ..errors import ConfigurationError, ConnectionLost, DatabaseError
 
 __all__ = [
     "AsyncAdvisoryLock",
+    "AsyncAdvisoryLockBase",
     "AsyncDriver",
     "AsyncListener",
     "AsyncSupportsCopy",
@@ -179,3 +191,75 @@ class AsyncTxDriverBase:
 
     async def close(self) -> None:
         """Do nothing: the transaction's connection belongs to whoever opened it."""
+
+
+class AsyncAdvisoryLockBase:
+    """What every adapter's advisory lock shares: taking, checking and releasing the lock.
+
+    A subclass holds one dedicated session and says how to run a statement on it
+    (``_fetch``, the library's errors translated to pgqueue's), whether the session is closed
+    and how to close it. The lock owns the session: it closes it when the lock is not taken,
+    and on release.
+    """
+
+    def __init__(self, key: int, backend_pid: int) -> None:
+        self._key = key
+        self._pid = backend_pid
+
+    async def _fetch(self, query: str, params: Params) -> list[Row]:
+        raise NotImplementedError
+
+    def _session_closed(self) -> bool:
+        raise NotImplementedError
+
+    async def _close_session(self) -> None:
+        raise NotImplementedError
+
+    async def _take(self, idle_timeout: float | None) -> bool:
+        """Try to take the lock, without waiting; close the session unless it was taken.
+
+        ``idle_timeout``: see ``AsyncDriver.try_advisory_lock``.
+        """
+        try:
+            rows = await self._fetch(ADVISORY_LOCK_TRY_SQL, (self._key,))
+            if rows[0][0] and idle_timeout is not None:
+                setting = idle_timeout_setting(idle_timeout)
+                await self._fetch(ADVISORY_LOCK_IDLE_TIMEOUT_SQL, (setting,))
+        except BaseException:
+            await self._close_session()
+            raise
+        if not rows[0][0]:
+            await self._close_session()
+            return False
+        return True
+
+    @property
+    def key(self) -> int:
+        """The lock key."""
+        return self._key
+
+    @property
+    def backend_pid(self) -> int:
+        """The backend pid of the session holding the lock."""
+        return self._pid
+
+    async def is_held(self) -> bool:
+        """Return True if the session is alive and pg_locks shows it holding the lock."""
+        if self._session_closed():
+            return False
+        try:
+            rows = await self._fetch(ADVISORY_LOCK_HELD_SQL, advisory_lock_held_params(self._key))
+        except ConnectionLost:
+            return False
+        return bool(rows[0][0])
+
+    async def release(self) -> None:
+        """Unlock and close the session (closing alone would release it too). Idempotent."""
+        if self._session_closed():
+            return
+        try:
+            await self._fetch(ADVISORY_LOCK_RELEASE_SQL, (self._key,))
+        except DatabaseError:
+            pass  # the session is gone, and the lock with it
+        finally:
+            await self._close_session()

@@ -15,12 +15,7 @@ from typing import Literal
 
 from typing_extensions import Unpack
 
-from ..adapter_registry import (
-    adapter_for_native,
-    load_adapter,
-    native_transaction,
-    resolve_driver_name,
-)
+from ..adapter_registry import adapter_for_native, load_adapter, resolve_driver_name
 from ..enqueue import PreparedJob, call_options, prepare
 from ..errors import (
     ConfigurationError,
@@ -30,6 +25,7 @@ from ..errors import (
     JobIdConflict,
 )
 from ..events import AdminAction, EventHub, JobsEnqueued, LogSubscriber
+from ..frameworks import native_transaction
 from ..jobs import JobHandle, Worker, WorkerRegistry
 from ..options import JobOptionKwargs, JobOptions
 from ..records import JobInfo
@@ -123,8 +119,9 @@ class Client:
                     "no database to connect to: pass a URL such as "
                     "postgresql://user@localhost/app, or set PGQUEUE_DSN"
                 )
-            name, url = resolve_driver_name(url, driver)
-            drv: Driver = load_adapter(name).sync_connect(url)
+            name, connect_url = resolve_driver_name(url, driver)
+            assert connect_url is not None  # an adapter reads a URL as a URL
+            drv = load_adapter(name).sync_connect(connect_url)
         else:
             drv = adapter_for_native(target).sync_from_native(target)
         return cls(drv, registry=registry, settings=settings)
@@ -431,8 +428,7 @@ class Client:
     def _tx_driver(self, tx: object) -> Driver:
         # A framework's connection object (Django's) stands for the library connection it wraps.
         obj = native_transaction(tx)
-        driver: Driver = adapter_for_native(obj).sync_wrap_transaction(obj)
-        return driver
+        return adapter_for_native(obj).sync_wrap_transaction(obj)
 
     def _insert(self, driver: Driver, jobs: Sequence[PreparedJob]) -> list[JobHandle]:
         store = self._store.on(driver)

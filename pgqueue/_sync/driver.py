@@ -3,7 +3,8 @@
 """The seam between pgqueue's core and a database library: the driver protocols.
 
 The asyncio protocols are written in pgqueue/_async/driver.py; the sync ones in
-pgqueue/_sync/driver.py are generated from them.
+pgqueue/_sync/driver.py are generated from them. Adapters import both, with the values they
+share, from the public module :mod:`pgqueue.driver`.
 
 The core talks to PostgreSQL only through these methods. An adapter in ``pgqueue_adapters``
 implements them for one library; ``tests/_async/test_conformance.py`` is the contract every
@@ -26,11 +27,22 @@ from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
-from ..adapter_registry import Notification, Params, Row
-from ..errors import ConfigurationError
+from .._driver_values import (
+    ADVISORY_LOCK_HELD_SQL,
+    ADVISORY_LOCK_IDLE_TIMEOUT_SQL,
+    ADVISORY_LOCK_RELEASE_SQL,
+    ADVISORY_LOCK_TRY_SQL,
+    Notification,
+    Params,
+    Row,
+    advisory_lock_held_params,
+    idle_timeout_setting,
+)
+from ..errors import ConfigurationError, ConnectionLost, DatabaseError
 
 __all__ = [
     "AdvisoryLock",
+    "AdvisoryLockBase",
     "Driver",
     "Listener",
     "SupportsCopy",
@@ -177,3 +189,75 @@ class TxDriverBase:
 
     def close(self) -> None:
         """Do nothing: the transaction's connection belongs to whoever opened it."""
+
+
+class AdvisoryLockBase:
+    """What every adapter's advisory lock shares: taking, checking and releasing the lock.
+
+    A subclass holds one dedicated session and says how to run a statement on it
+    (``_fetch``, the library's errors translated to pgqueue's), whether the session is closed
+    and how to close it. The lock owns the session: it closes it when the lock is not taken,
+    and on release.
+    """
+
+    def __init__(self, key: int, backend_pid: int) -> None:
+        self._key = key
+        self._pid = backend_pid
+
+    def _fetch(self, query: str, params: Params) -> list[Row]:
+        raise NotImplementedError
+
+    def _session_closed(self) -> bool:
+        raise NotImplementedError
+
+    def _close_session(self) -> None:
+        raise NotImplementedError
+
+    def _take(self, idle_timeout: float | None) -> bool:
+        """Try to take the lock, without waiting; close the session unless it was taken.
+
+        ``idle_timeout``: see ``Driver.try_advisory_lock``.
+        """
+        try:
+            rows = self._fetch(ADVISORY_LOCK_TRY_SQL, (self._key,))
+            if rows[0][0] and idle_timeout is not None:
+                setting = idle_timeout_setting(idle_timeout)
+                self._fetch(ADVISORY_LOCK_IDLE_TIMEOUT_SQL, (setting,))
+        except BaseException:
+            self._close_session()
+            raise
+        if not rows[0][0]:
+            self._close_session()
+            return False
+        return True
+
+    @property
+    def key(self) -> int:
+        """The lock key."""
+        return self._key
+
+    @property
+    def backend_pid(self) -> int:
+        """The backend pid of the session holding the lock."""
+        return self._pid
+
+    def is_held(self) -> bool:
+        """Return True if the session is alive and pg_locks shows it holding the lock."""
+        if self._session_closed():
+            return False
+        try:
+            rows = self._fetch(ADVISORY_LOCK_HELD_SQL, advisory_lock_held_params(self._key))
+        except ConnectionLost:
+            return False
+        return bool(rows[0][0])
+
+    def release(self) -> None:
+        """Unlock and close the session (closing alone would release it too). Idempotent."""
+        if self._session_closed():
+            return
+        try:
+            self._fetch(ADVISORY_LOCK_RELEASE_SQL, (self._key,))
+        except DatabaseError:
+            pass  # the session is gone, and the lock with it
+        finally:
+            self._close_session()

@@ -1,7 +1,10 @@
 """The asyncpg adapter: ``AsyncDriver`` on an asyncpg ``Pool`` or ``Connection``.
 
-asyncpg is asyncio-only, so unlike the psycopg adapter this module has no generated sync twin;
-the ``sync_*`` entry points only explain that.
+The driver shells: which connection a statement runs on, and in which transaction, and how to
+open a dedicated session like a given pool or connection. What runs on a connection
+(statements, LISTEN, advisory locks, COPY, error translation) is in ``_library``, which the
+SQLAlchemy adapter shares. asyncpg is asyncio-only, so unlike the psycopg adapter this module
+has no generated sync twin; the ``sync_*`` entry points only explain that.
 """
 
 from __future__ import annotations
@@ -9,29 +12,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import re
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from pgqueue._async.driver import AsyncTxDriverBase
-from pgqueue.adapter_registry import (
-    LOCK_IDLE_TIMEOUT_SQL,
-    LOST_SQLSTATES,
-    Notification,
-    Params,
-    Row,
-    idle_timeout_setting,
-)
+from pgqueue.driver import AsyncTxDriverBase, Params, Row
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError
 
+from ._library import (
+    ERRORS,
+    AsyncpgAdvisoryLock,
+    AsyncpgListener,
+    close_quietly,
+    copy_rows,
+    run,
+    translate_error,
+)
+
 __all__ = [
-    "AsyncpgAdvisoryLock",
     "AsyncpgDriver",
-    "AsyncpgListener",
     "AsyncpgTxDriver",
     "async_connect",
     "async_from_native",
@@ -39,78 +41,15 @@ __all__ = [
     "sync_connect",
     "sync_from_native",
     "sync_wrap_transaction",
-    "translate_error",
 ]
 
-# asyncpg reports a connection it can no longer use with an InterfaceError worded like these.
-_LOST_INTERFACE = re.compile(r"closed|closing|released back to the pool|terminated", re.IGNORECASE)
-# What asyncpg (and the sockets under it) raise; anything else is not ours to translate.
-_ERRORS: tuple[type[BaseException], ...] = (
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    asyncpg.exceptions.InternalClientError,
-    OSError,  # includes TimeoutError (asyncpg's command_timeout)
-)
 # Connecting also raises ValueError (asyncpg's verdict on a malformed URL).
-_CONNECT_ERRORS: tuple[type[BaseException], ...] = (*_ERRORS, ValueError)
+_CONNECT_ERRORS: tuple[type[BaseException], ...] = (*ERRORS, ValueError)
 _SYNC_REFUSAL = (
     "asyncpg is asyncio-only: use pgqueue.AsyncClient, or the psycopg or sqlalchemy driver for "
     "sync code"
 )
-# How long closing a dedicated session may take before the socket is simply dropped.
-_CLOSE_TIMEOUT = 5.0
 _savepoint_ids = itertools.count(1)
-
-
-def translate_error(exc: BaseException) -> DatabaseError:
-    """Map an asyncpg (or socket) exception to pgqueue's driver-independent errors."""
-    message = str(exc).strip() or type(exc).__name__
-    if isinstance(exc, asyncpg.PostgresError):
-        state: str | None = getattr(exc, "sqlstate", None)
-        detail = getattr(exc, "detail", None)
-        if detail:
-            message = f"{message}\nDETAIL: {detail}"
-        if isinstance(exc, asyncpg.PostgresConnectionError) or (
-            state is not None and (state.startswith("08") or state in LOST_SQLSTATES)
-        ):
-            return ConnectionLost(f"lost the database connection: {message}", state)
-        return DatabaseError(message, state, getattr(exc, "constraint_name", None))
-    if isinstance(exc, asyncpg.InterfaceError) and _LOST_INTERFACE.search(message):
-        return ConnectionLost(f"lost the database connection: {message}")
-    if isinstance(exc, TimeoutError):
-        # asyncpg's command_timeout: the statement was cancelled, the connection is still usable.
-        return DatabaseError(f"the statement timed out on the client: {message}")
-    if isinstance(exc, OSError):
-        return ConnectionLost(f"lost the database connection: {message}")
-    return DatabaseError(message)
-
-
-async def _run(conn: Any, query: str, params: Params, fetch: bool) -> list[Row]:
-    try:
-        if fetch:
-            return [tuple(record) for record in await conn.fetch(query, *params)]
-        if params:
-            await conn.execute(query, *params)
-        else:
-            # Without parameters asyncpg uses the simple protocol, which also takes a script of
-            # several statements (a migration file).
-            await conn.execute(query)
-        return []
-    except _ERRORS as exc:
-        raise translate_error(exc) from exc
-
-
-async def _close_quietly(conn: Any) -> None:
-    """Close a dedicated session; drop the socket if it cannot be closed politely."""
-    if conn.is_closed():
-        return
-    try:
-        await conn.close(timeout=_CLOSE_TIMEOUT)
-    except Exception:
-        conn.terminate()
-    except BaseException:  # cancelled: do not leave the socket open
-        conn.terminate()
-        raise
 
 
 def _enum_value(value: Any) -> Any:
@@ -215,13 +154,13 @@ class AsyncpgDriver:
         if self._pool is not None:
             try:
                 conn = await self._pool.acquire()
-            except _ERRORS as exc:
+            except ERRORS as exc:
                 raise translate_error(exc) from exc
             try:
                 yield conn
             finally:
                 # If asyncpg cannot reset the connection it terminates it; the pool opens another.
-                with contextlib.suppress(*_ERRORS):
+                with contextlib.suppress(*ERRORS):
                     await self._pool.release(conn)
             return
         async with self._lock:
@@ -238,7 +177,7 @@ class AsyncpgDriver:
 
     async def _statement(self, query: str, params: Params, fetch: bool) -> list[Row]:
         async with self._idle_connection() as conn:
-            return await _run(conn, query, params, fetch)
+            return await run(conn, query, params, fetch)
 
     async def exec(self, sql: str, params: Params = ()) -> None:
         """Run one statement in its own transaction."""
@@ -255,17 +194,17 @@ class AsyncpgDriver:
             transaction = conn.transaction()
             try:
                 await transaction.start()
-            except _ERRORS as exc:
+            except ERRORS as exc:
                 raise translate_error(exc) from exc
             try:
                 yield AsyncpgTxDriver(conn, parent=self)
             except BaseException:
-                with contextlib.suppress(*_ERRORS):  # else the connection is gone, and the tx too
+                with contextlib.suppress(*ERRORS):  # else the connection is gone, and the tx too
                     await transaction.rollback()
                 raise
             try:
                 await transaction.commit()
-            except _ERRORS as exc:
+            except ERRORS as exc:
                 raise translate_error(exc) from exc
 
     async def _dedicated(self) -> Any:
@@ -275,7 +214,7 @@ class AsyncpgDriver:
             if kwargs is None:
                 return await _connect_like_pool(self._pool)
             return await asyncpg.connect(**kwargs)
-        except _ERRORS as exc:
+        except ERRORS as exc:
             raise translate_error(exc) from exc
 
     async def listener(self, channel: str) -> AsyncpgListener:
@@ -300,13 +239,7 @@ class AsyncpgDriver:
     ) -> int:
         """Load ``records`` into ``schema.table`` with ``COPY FROM STDIN``, in one transaction."""
         async with self.with_tx() as tx:
-            try:
-                status = await tx.connection.copy_records_to_table(
-                    table, records=records, columns=list(columns), schema_name=schema
-                )
-            except _ERRORS as exc:
-                raise translate_error(exc) from exc
-        return int(str(status).rsplit(" ", 1)[-1])  # "COPY <n>"
+            return await copy_rows(tx.connection, schema, table, columns, records)
 
     async def close(self) -> None:
         """Close the pool (or connection) if this driver opened it; leave the caller's open."""
@@ -315,7 +248,7 @@ class AsyncpgDriver:
         if self._pool is not None:
             await self._pool.close()
         elif self._conn is not None:
-            await _close_quietly(self._conn)
+            await close_quietly(self._conn)
 
 
 class AsyncpgTxDriver(AsyncTxDriverBase):
@@ -335,11 +268,11 @@ class AsyncpgTxDriver(AsyncTxDriverBase):
 
     async def exec(self, sql: str, params: Params = ()) -> None:
         """Run one statement in the transaction."""
-        await _run(self._conn, sql, params, False)
+        await run(self._conn, sql, params, False)
 
     async def query(self, sql: str, params: Params = ()) -> list[Row]:
         """Run one statement in the transaction and return its rows."""
-        return await _run(self._conn, sql, params, True)
+        return await run(self._conn, sql, params, True)
 
     @asynccontextmanager
     async def with_tx(self) -> AsyncIterator[AsyncpgTxDriver]:
@@ -347,178 +280,16 @@ class AsyncpgTxDriver(AsyncTxDriverBase):
         # Plain SAVEPOINT statements rather than conn.transaction(): they also work in a
         # transaction the caller opened with a bare BEGIN, which asyncpg refuses to nest in.
         name = f"pgqueue_sp_{next(_savepoint_ids)}"
-        await _run(self._conn, f"SAVEPOINT {name}", (), False)
+        await run(self._conn, f"SAVEPOINT {name}", (), False)
         try:
             yield self
         except BaseException:
             with contextlib.suppress(DatabaseError):  # else the connection is gone, and the tx too
-                await _run(
+                await run(
                     self._conn, f"ROLLBACK TO SAVEPOINT {name}; RELEASE SAVEPOINT {name}", (), False
                 )
             raise
-        await _run(self._conn, f"RELEASE SAVEPOINT {name}", (), False)
-
-
-class AsyncpgListener:
-    """A dedicated connection LISTENing on one channel; notifications queue up until ``wait``."""
-
-    def __init__(self, conn: Any, channel: str) -> None:
-        self._conn = conn
-        self._channel = channel
-        self._pid: int = conn.get_server_pid()
-        # Notifications, then None once the session has died.
-        self._queue: asyncio.Queue[Notification | None] = asyncio.Queue()
-        self._lost = False
-        self._closed = False
-
-    @classmethod
-    async def start(cls, conn: asyncpg.Connection, channel: str) -> AsyncpgListener:
-        """LISTEN on ``channel`` on ``conn`` (dedicated; the listener owns it)."""
-        listener = cls(conn, channel)
-        try:
-            conn.add_termination_listener(listener._on_terminated)
-            # add_listener quotes the channel and sends LISTEN.
-            await conn.add_listener(channel, listener._on_notification)
-        except BaseException as exc:
-            await _close_quietly(conn)
-            if isinstance(exc, _ERRORS):
-                raise translate_error(exc) from exc
-            raise
-        return listener
-
-    def _on_notification(self, conn: Any, pid: int, channel: str, payload: str) -> None:
-        self._queue.put_nowait(Notification(channel, payload, pid))
-
-    def _on_terminated(self, conn: Any) -> None:
-        self._queue.put_nowait(None)
-
-    @property
-    def channel(self) -> str:
-        """The channel listened to."""
-        return self._channel
-
-    @property
-    def backend_pid(self) -> int:
-        """The backend pid of the listening session."""
-        return self._pid
-
-    def _drain(self, out: list[Notification]) -> list[Notification]:
-        while not self._lost and not self._queue.empty():
-            item = self._queue.get_nowait()
-            if item is None:
-                self._lost = True
-            else:
-                out.append(item)
-        return out
-
-    def _check_alive(self) -> None:
-        if self._closed:
-            raise ConnectionLost("the listener is closed")
-        if self._lost or self._conn.is_closed():
-            self._lost = True
-            raise ConnectionLost(
-                "the listening connection was closed (backend terminated or network lost); "
-                "notifications may have been missed"
-            )
-
-    async def wait(self, timeout: float) -> list[Notification]:
-        """Return notifications arriving within ``timeout`` seconds (empty list on timeout).
-
-        Raises :class:`pgqueue.ConnectionLost` once the session has died (after handing out
-        what arrived before).
-        """
-        if self._closed:
-            raise ConnectionLost("the listener is closed")
-        if out := self._drain([]):
-            return out
-        self._check_alive()
-        try:
-            async with asyncio.timeout(max(timeout, 0)):
-                item = await self._queue.get()
-        except TimeoutError:
-            self._check_alive()
-            return []
-        if item is None:
-            self._lost = True
-            self._check_alive()
-        assert item is not None
-        return self._drain([item])
-
-    async def close(self) -> None:
-        """Stop listening and close the connection. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._conn.remove_termination_listener(self._on_terminated)
-        await _close_quietly(self._conn)
-
-
-class AsyncpgAdvisoryLock:
-    """A session advisory lock held by a dedicated connection."""
-
-    def __init__(self, conn: Any, key: int) -> None:
-        self._conn = conn
-        self._key = key
-        self._pid: int = conn.get_server_pid()
-
-    @classmethod
-    async def acquire(
-        cls, conn: asyncpg.Connection, key: int, idle_timeout: float | None = None
-    ) -> AsyncpgAdvisoryLock | None:
-        """Try to lock ``key`` on ``conn`` (dedicated; the lock owns it).
-
-        Closes ``conn`` and returns ``None`` when another session holds the lock.
-        """
-        try:
-            rows = await _run(conn, "SELECT pg_try_advisory_lock($1)", (key,), True)
-            if rows[0][0] and idle_timeout is not None:
-                await _run(conn, LOCK_IDLE_TIMEOUT_SQL, (idle_timeout_setting(idle_timeout),), True)
-        except BaseException:
-            await _close_quietly(conn)
-            raise
-        if not rows[0][0]:
-            await _close_quietly(conn)
-            return None
-        return cls(conn, key)
-
-    @property
-    def key(self) -> int:
-        """The lock key."""
-        return self._key
-
-    @property
-    def backend_pid(self) -> int:
-        """The backend pid of the session holding the lock."""
-        return self._pid
-
-    async def is_held(self) -> bool:
-        """Return True if the session is alive and pg_locks shows it holding the lock."""
-        if self._conn.is_closed():
-            return False
-        # pg_locks splits a bigint key into classid (high 32 bits) and objid (low 32 bits).
-        try:
-            rows = await _run(
-                self._conn,
-                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' "
-                "AND pid = pg_backend_pid() AND granted AND objsubid = 1 "
-                "AND classid::bigint = $1 AND objid::bigint = $2)",
-                ((self._key >> 32) & 0xFFFFFFFF, self._key & 0xFFFFFFFF),
-                True,
-            )
-        except ConnectionLost:
-            return False
-        return bool(rows[0][0])
-
-    async def release(self) -> None:
-        """Unlock and close the session (closing alone would release it too). Idempotent."""
-        if self._conn.is_closed():
-            return
-        try:
-            await _run(self._conn, "SELECT pg_advisory_unlock($1)", (self._key,), True)
-        except DatabaseError:
-            pass  # the session is gone, and the lock with it
-        finally:
-            await _close_quietly(self._conn)
+        await run(self._conn, f"RELEASE SAVEPOINT {name}", (), False)
 
 
 async def _keep_session(conn: Any) -> None:
@@ -544,7 +315,7 @@ async def async_connect(url: str, *, min_size: int = 1, max_size: int = 10) -> A
         pool = await asyncpg.create_pool(
             url, min_size=min(min_size, max_size), max_size=max_size, reset=_keep_session
         )
-    except _ERRORS as exc:
+    except ERRORS as exc:
         raise ConnectionLost(f"cannot connect to the database: {exc}".strip()) from exc
     return AsyncpgDriver(pool, owns_source=True)
 
@@ -578,16 +349,16 @@ def async_wrap_transaction(obj: object) -> AsyncpgTxDriver:
     return AsyncpgTxDriver(obj, parent=None)
 
 
-def sync_connect(url: str, *, min_size: int = 1, max_size: int = 10) -> Any:
+def sync_connect(url: str, *, min_size: int = 1, max_size: int = 10) -> NoReturn:
     """Refuse: asyncpg has no sync API."""
     raise ConfigurationError(_SYNC_REFUSAL)
 
 
-def sync_from_native(obj: object) -> Any:
+def sync_from_native(obj: object) -> NoReturn:
     """Refuse: asyncpg has no sync API."""
     raise ConfigurationError(_SYNC_REFUSAL)
 
 
-def sync_wrap_transaction(obj: object) -> Any:
+def sync_wrap_transaction(obj: object) -> NoReturn:
     """Refuse: asyncpg has no sync API."""
     raise ConfigurationError(_SYNC_REFUSAL)

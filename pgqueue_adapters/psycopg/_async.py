@@ -1,5 +1,9 @@
 """The psycopg 3 adapter: ``AsyncDriver`` on a psycopg ``AsyncConnectionPool`` or connection.
 
+The driver shells: which connection a statement runs on, and in which transaction. What runs
+on a connection (statements, LISTEN, advisory locks, COPY, error translation) is in
+``_async_library``, which the SQLAlchemy adapter shares.
+
 Written once, for asyncio, in pgqueue_adapters/psycopg/_async.py; the sync adapter in
 pgqueue_adapters/psycopg/_sync.py is generated from it.
 """
@@ -13,27 +17,25 @@ from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import psycopg
-from psycopg import AsyncConnection, AsyncRawCursor, sql
+from psycopg import AsyncConnection
 from psycopg.pq import TransactionStatus
-from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
-from pgqueue._async.compat import Lock
-from pgqueue._async.driver import AsyncTxDriverBase
-from pgqueue.adapter_registry import (
-    LOCK_IDLE_TIMEOUT_SQL,
-    LOST_SQLSTATES,
-    Notification,
-    Params,
-    Row,
-    idle_timeout_setting,
-)
+from pgqueue.driver import AsyncLock, AsyncTxDriverBase, Params, Row
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError
 
+from ._async_library import (  # sync: from ._sync_library import (
+    AsyncPsycopgAdvisoryLock,
+    AsyncPsycopgListener,
+    async_copy_rows,
+    async_open_session,
+    async_run,
+    translate_error,
+)
+
 __all__ = [
-    "AsyncPsycopgAdvisoryLock",
     "AsyncPsycopgDriver",
-    "AsyncPsycopgListener",
+    "AsyncPsycopgTxDriver",
     "async_connect",
     "async_from_native",
     "async_wrap_transaction",
@@ -43,33 +45,6 @@ _savepoint_ids = itertools.count(1)
 
 # Where to go with an object of the other side (the sync twin gets the mirror text).
 _OTHER_SIDE = "Client takes sync ones"  # sync: _OTHER_SIDE = "AsyncClient takes async ones"
-
-
-def translate_error(exc: psycopg.Error) -> DatabaseError:
-    """Map a psycopg exception to pgqueue's driver-independent errors."""
-    state = exc.sqlstate
-    lost = isinstance(exc, psycopg.InterfaceError) or (
-        isinstance(exc, psycopg.OperationalError)
-        and (state is None or state.startswith("08") or state in LOST_SQLSTATES)
-    )
-    message = str(exc).strip() or type(exc).__name__
-    if lost:
-        return ConnectionLost(f"lost the database connection: {message}", state)
-    constraint = exc.diag.constraint_name if state else None
-    return DatabaseError(message, state, constraint)
-
-
-async def _run(conn: AsyncConnection[Any], query: str, params: Params, fetch: bool) -> list[Row]:
-    try:
-        # A raw cursor takes PostgreSQL's own $n placeholders; tuple_row so that a caller's
-        # connection configured with dict_row still gives us tuples.
-        async with AsyncRawCursor(conn, row_factory=tuple_row) as cur:
-            await cur.execute(query, params)
-            if fetch and cur.description is not None:
-                return await cur.fetchall()
-            return []
-    except psycopg.Error as exc:
-        raise translate_error(exc) from exc
 
 
 async def _resolve(value: Any) -> Any:
@@ -121,7 +96,7 @@ class AsyncPsycopgDriver:
                 f"got {type(source).__name__}"
             )
         self._owns_source = owns_source
-        self._lock = Lock()
+        self._lock = AsyncLock()
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[AsyncConnection[Any]]:
@@ -149,10 +124,10 @@ class AsyncPsycopgDriver:
     async def _statement(self, query: str, params: Params, fetch: bool) -> list[Row]:
         async with self._idle_connection() as conn:
             if conn.autocommit:
-                return await _run(conn, query, params, fetch)
+                return await async_run(conn, query, params, fetch)
             try:
                 async with conn.transaction():
-                    return await _run(conn, query, params, fetch)
+                    return await async_run(conn, query, params, fetch)
             except psycopg.Error as exc:
                 raise translate_error(exc) from exc
 
@@ -175,11 +150,7 @@ class AsyncPsycopgDriver:
 
     async def _dedicated(self) -> AsyncConnection[Any]:
         conninfo = await _resolve(self._conninfo)
-        kwargs = {**(await _resolve(self._connect_kwargs) or {}), "autocommit": True}
-        try:
-            return await AsyncConnection.connect(conninfo, **kwargs)
-        except psycopg.Error as exc:
-            raise translate_error(exc) from exc
+        return await async_open_session(conninfo, **(await _resolve(self._connect_kwargs) or {}))
 
     async def listener(self, channel: str) -> AsyncPsycopgListener:
         """Open a dedicated connection that LISTENs on ``channel``."""
@@ -202,25 +173,11 @@ class AsyncPsycopgDriver:
         records: Iterable[Sequence[Any]],
     ) -> int:
         """Load ``records`` into ``schema.table`` with ``COPY FROM STDIN``, in one transaction."""
-        statement = sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
-            sql.Identifier(schema),
-            sql.Identifier(table),
-            sql.SQL(", ").join(sql.Identifier(c) for c in columns),
-        )
-        count = 0
         try:
-            async with (
-                self._idle_connection() as conn,
-                conn.transaction(),
-                conn.cursor() as cur,
-                cur.copy(statement) as copy,
-            ):
-                for record in records:
-                    await copy.write_row(record)
-                    count += 1
+            async with self._idle_connection() as conn, conn.transaction():
+                return await async_copy_rows(conn, schema, table, columns, records)
         except psycopg.Error as exc:
             raise translate_error(exc) from exc
-        return count
 
     async def close(self) -> None:
         """Close the pool if this driver opened it; otherwise leave the caller's objects open."""
@@ -240,11 +197,11 @@ class AsyncPsycopgTxDriver(AsyncTxDriverBase):
 
     async def exec(self, sql: str, params: Params = ()) -> None:
         """Run one statement in the transaction."""
-        await _run(self._conn, sql, params, False)
+        await async_run(self._conn, sql, params, False)
 
     async def query(self, sql: str, params: Params = ()) -> list[Row]:
         """Run one statement in the transaction and return its rows."""
-        return await _run(self._conn, sql, params, True)
+        return await async_run(self._conn, sql, params, True)
 
     @asynccontextmanager
     async def with_tx(self) -> AsyncIterator[AsyncPsycopgTxDriver]:
@@ -266,127 +223,14 @@ class AsyncPsycopgTxDriver(AsyncTxDriverBase):
         # and commit it at the end of the block. A savepoint statement makes psycopg open that
         # transaction implicitly, as any statement does, and leaves it to the caller.
         name = f"pgqueue_sp_{next(_savepoint_ids)}"
-        await _run(conn, f"SAVEPOINT {name}", (), False)
+        await async_run(conn, f"SAVEPOINT {name}", (), False)
         try:
             yield self
         except BaseException:
             with suppress(DatabaseError):  # the block's error says more
-                await _run(conn, f"ROLLBACK TO SAVEPOINT {name}", (), False)
+                await async_run(conn, f"ROLLBACK TO SAVEPOINT {name}", (), False)
             raise
-        await _run(conn, f"RELEASE SAVEPOINT {name}", (), False)
-
-
-class AsyncPsycopgListener:
-    """A dedicated autocommit connection LISTENing on one channel."""
-
-    def __init__(self, conn: AsyncConnection[Any], channel: str) -> None:
-        self._conn = conn
-        self._channel = channel
-        self._pid = conn.info.backend_pid
-
-    @classmethod
-    async def start(cls, conn: AsyncConnection[Any], channel: str) -> AsyncPsycopgListener:
-        """LISTEN on ``channel`` on ``conn`` (autocommit, dedicated; the listener owns it)."""
-        try:
-            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-        except psycopg.Error as exc:
-            await conn.close()
-            raise translate_error(exc) from exc
-        return cls(conn, channel)
-
-    @property
-    def channel(self) -> str:
-        """The channel listened to."""
-        return self._channel
-
-    @property
-    def backend_pid(self) -> int:
-        """The backend pid of the listening session."""
-        return self._pid
-
-    async def wait(self, timeout: float) -> list[Notification]:
-        """Return notifications arriving within ``timeout`` seconds (empty list on timeout)."""
-        out: list[Notification] = []
-        try:
-            async for n in self._conn.notifies(timeout=timeout, stop_after=1):
-                out.append(Notification(n.channel, n.payload, n.pid))
-        except psycopg.Error as exc:
-            raise translate_error(exc) from exc
-        if not out and self._conn.closed:
-            raise ConnectionLost("the listening connection is closed")
-        return out
-
-    async def close(self) -> None:
-        """Close the listening connection."""
-        await self._conn.close()
-
-
-class AsyncPsycopgAdvisoryLock:
-    """A session advisory lock held by a dedicated autocommit connection."""
-
-    def __init__(self, conn: AsyncConnection[Any], key: int) -> None:
-        self._conn = conn
-        self._key = key
-        self._pid = conn.info.backend_pid
-
-    @classmethod
-    async def acquire(
-        cls, conn: AsyncConnection[Any], key: int, idle_timeout: float | None = None
-    ) -> AsyncPsycopgAdvisoryLock | None:
-        """Try to lock ``key`` on ``conn`` (autocommit, dedicated; the lock owns it).
-
-        Closes ``conn`` and returns ``None`` when another session holds the lock.
-        """
-        try:
-            rows = await _run(conn, "SELECT pg_try_advisory_lock($1)", (key,), True)
-            if rows[0][0] and idle_timeout is not None:
-                await _run(conn, LOCK_IDLE_TIMEOUT_SQL, (idle_timeout_setting(idle_timeout),), True)
-        except BaseException:
-            await conn.close()
-            raise
-        if not rows[0][0]:
-            await conn.close()
-            return None
-        return cls(conn, key)
-
-    @property
-    def key(self) -> int:
-        """The lock key."""
-        return self._key
-
-    @property
-    def backend_pid(self) -> int:
-        """The backend pid of the session holding the lock."""
-        return self._pid
-
-    async def is_held(self) -> bool:
-        """Return True if the session is alive and pg_locks shows it holding the lock."""
-        if self._conn.closed:
-            return False
-        # pg_locks splits a bigint key into classid (high 32 bits) and objid (low 32 bits).
-        try:
-            rows = await _run(
-                self._conn,
-                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' "
-                "AND pid = pg_backend_pid() AND granted AND objsubid = 1 "
-                "AND classid::bigint = $1 AND objid::bigint = $2)",
-                ((self._key >> 32) & 0xFFFFFFFF, self._key & 0xFFFFFFFF),
-                True,
-            )
-        except ConnectionLost:
-            return False
-        return bool(rows[0][0])
-
-    async def release(self) -> None:
-        """Unlock and close the session; closing alone would release it too."""
-        if self._conn.closed:
-            return
-        try:
-            await _run(self._conn, "SELECT pg_advisory_unlock($1)", (self._key,), True)
-        except DatabaseError:
-            pass  # the session is gone, and the lock with it
-        finally:
-            await self._conn.close()
+        await async_run(conn, f"RELEASE SAVEPOINT {name}", (), False)
 
 
 async def async_connect(url: str, *, min_size: int = 1, max_size: int = 10) -> AsyncPsycopgDriver:

@@ -2,6 +2,10 @@
 # Do not edit it by hand: edit the source and run `make generate`.
 """The psycopg 3 adapter: ``Driver`` on a psycopg ``ConnectionPool`` or connection.
 
+The driver shells: which connection a statement runs on, and in which transaction. What runs
+on a connection (statements, LISTEN, advisory locks, COPY, error translation) is in
+``_async_library``, which the SQLAlchemy adapter shares.
+
 Written once, for asyncio, in pgqueue_adapters/psycopg/_async.py; the sync adapter in
 pgqueue_adapters/psycopg/_sync.py is generated from it.
 """
@@ -14,27 +18,25 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 import psycopg
-from psycopg import Connection, RawCursor, sql
+from psycopg import Connection
 from psycopg.pq import TransactionStatus
-from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 
-from pgqueue._sync.compat import Lock
-from pgqueue._sync.driver import TxDriverBase
-from pgqueue.adapter_registry import (
-    LOCK_IDLE_TIMEOUT_SQL,
-    LOST_SQLSTATES,
-    Notification,
-    Params,
-    Row,
-    idle_timeout_setting,
-)
+from pgqueue.driver import Lock, TxDriverBase, Params, Row
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError
 
+from ._sync_library import (
+    PsycopgAdvisoryLock,
+    PsycopgListener,
+    sync_copy_rows,
+    sync_open_session,
+    sync_run,
+    translate_error,
+)
+
 __all__ = [
-    "PsycopgAdvisoryLock",
     "PsycopgDriver",
-    "PsycopgListener",
+    "PsycopgTxDriver",
     "sync_connect",
     "sync_from_native",
     "sync_wrap_transaction",
@@ -44,33 +46,6 @@ _savepoint_ids = itertools.count(1)
 
 # Where to go with an object of the other side (the sync twin gets the mirror text).
 _OTHER_SIDE = "AsyncClient takes async ones"
-
-
-def translate_error(exc: psycopg.Error) -> DatabaseError:
-    """Map a psycopg exception to pgqueue's driver-independent errors."""
-    state = exc.sqlstate
-    lost = isinstance(exc, psycopg.InterfaceError) or (
-        isinstance(exc, psycopg.OperationalError)
-        and (state is None or state.startswith("08") or state in LOST_SQLSTATES)
-    )
-    message = str(exc).strip() or type(exc).__name__
-    if lost:
-        return ConnectionLost(f"lost the database connection: {message}", state)
-    constraint = exc.diag.constraint_name if state else None
-    return DatabaseError(message, state, constraint)
-
-
-def _run(conn: Connection[Any], query: str, params: Params, fetch: bool) -> list[Row]:
-    try:
-        # A raw cursor takes PostgreSQL's own $n placeholders; tuple_row so that a caller's
-        # connection configured with dict_row still gives us tuples.
-        with RawCursor(conn, row_factory=tuple_row) as cur:
-            cur.execute(query, params)
-            if fetch and cur.description is not None:
-                return cur.fetchall()
-            return []
-    except psycopg.Error as exc:
-        raise translate_error(exc) from exc
 
 
 def _resolve(value: Any) -> Any:
@@ -148,10 +123,10 @@ class PsycopgDriver:
     def _statement(self, query: str, params: Params, fetch: bool) -> list[Row]:
         with self._idle_connection() as conn:
             if conn.autocommit:
-                return _run(conn, query, params, fetch)
+                return sync_run(conn, query, params, fetch)
             try:
                 with conn.transaction():
-                    return _run(conn, query, params, fetch)
+                    return sync_run(conn, query, params, fetch)
             except psycopg.Error as exc:
                 raise translate_error(exc) from exc
 
@@ -174,11 +149,7 @@ class PsycopgDriver:
 
     def _dedicated(self) -> Connection[Any]:
         conninfo = _resolve(self._conninfo)
-        kwargs = {**(_resolve(self._connect_kwargs) or {}), "autocommit": True}
-        try:
-            return Connection.connect(conninfo, **kwargs)
-        except psycopg.Error as exc:
-            raise translate_error(exc) from exc
+        return sync_open_session(conninfo, **(_resolve(self._connect_kwargs) or {}))
 
     def listener(self, channel: str) -> PsycopgListener:
         """Open a dedicated connection that LISTENs on ``channel``."""
@@ -201,25 +172,11 @@ class PsycopgDriver:
         records: Iterable[Sequence[Any]],
     ) -> int:
         """Load ``records`` into ``schema.table`` with ``COPY FROM STDIN``, in one transaction."""
-        statement = sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
-            sql.Identifier(schema),
-            sql.Identifier(table),
-            sql.SQL(", ").join(sql.Identifier(c) for c in columns),
-        )
-        count = 0
         try:
-            with (
-                self._idle_connection() as conn,
-                conn.transaction(),
-                conn.cursor() as cur,
-                cur.copy(statement) as copy,
-            ):
-                for record in records:
-                    copy.write_row(record)
-                    count += 1
+            with self._idle_connection() as conn, conn.transaction():
+                return sync_copy_rows(conn, schema, table, columns, records)
         except psycopg.Error as exc:
             raise translate_error(exc) from exc
-        return count
 
     def close(self) -> None:
         """Close the pool if this driver opened it; otherwise leave the caller's objects open."""
@@ -239,11 +196,11 @@ class PsycopgTxDriver(TxDriverBase):
 
     def exec(self, sql: str, params: Params = ()) -> None:
         """Run one statement in the transaction."""
-        _run(self._conn, sql, params, False)
+        sync_run(self._conn, sql, params, False)
 
     def query(self, sql: str, params: Params = ()) -> list[Row]:
         """Run one statement in the transaction and return its rows."""
-        return _run(self._conn, sql, params, True)
+        return sync_run(self._conn, sql, params, True)
 
     @contextmanager
     def with_tx(self) -> Iterator[PsycopgTxDriver]:
@@ -265,127 +222,14 @@ class PsycopgTxDriver(TxDriverBase):
         # and commit it at the end of the block. A savepoint statement makes psycopg open that
         # transaction implicitly, as any statement does, and leaves it to the caller.
         name = f"pgqueue_sp_{next(_savepoint_ids)}"
-        _run(conn, f"SAVEPOINT {name}", (), False)
+        sync_run(conn, f"SAVEPOINT {name}", (), False)
         try:
             yield self
         except BaseException:
             with suppress(DatabaseError):  # the block's error says more
-                _run(conn, f"ROLLBACK TO SAVEPOINT {name}", (), False)
+                sync_run(conn, f"ROLLBACK TO SAVEPOINT {name}", (), False)
             raise
-        _run(conn, f"RELEASE SAVEPOINT {name}", (), False)
-
-
-class PsycopgListener:
-    """A dedicated autocommit connection LISTENing on one channel."""
-
-    def __init__(self, conn: Connection[Any], channel: str) -> None:
-        self._conn = conn
-        self._channel = channel
-        self._pid = conn.info.backend_pid
-
-    @classmethod
-    def start(cls, conn: Connection[Any], channel: str) -> PsycopgListener:
-        """LISTEN on ``channel`` on ``conn`` (autocommit, dedicated; the listener owns it)."""
-        try:
-            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-        except psycopg.Error as exc:
-            conn.close()
-            raise translate_error(exc) from exc
-        return cls(conn, channel)
-
-    @property
-    def channel(self) -> str:
-        """The channel listened to."""
-        return self._channel
-
-    @property
-    def backend_pid(self) -> int:
-        """The backend pid of the listening session."""
-        return self._pid
-
-    def wait(self, timeout: float) -> list[Notification]:
-        """Return notifications arriving within ``timeout`` seconds (empty list on timeout)."""
-        out: list[Notification] = []
-        try:
-            for n in self._conn.notifies(timeout=timeout, stop_after=1):
-                out.append(Notification(n.channel, n.payload, n.pid))
-        except psycopg.Error as exc:
-            raise translate_error(exc) from exc
-        if not out and self._conn.closed:
-            raise ConnectionLost("the listening connection is closed")
-        return out
-
-    def close(self) -> None:
-        """Close the listening connection."""
-        self._conn.close()
-
-
-class PsycopgAdvisoryLock:
-    """A session advisory lock held by a dedicated autocommit connection."""
-
-    def __init__(self, conn: Connection[Any], key: int) -> None:
-        self._conn = conn
-        self._key = key
-        self._pid = conn.info.backend_pid
-
-    @classmethod
-    def acquire(
-        cls, conn: Connection[Any], key: int, idle_timeout: float | None = None
-    ) -> PsycopgAdvisoryLock | None:
-        """Try to lock ``key`` on ``conn`` (autocommit, dedicated; the lock owns it).
-
-        Closes ``conn`` and returns ``None`` when another session holds the lock.
-        """
-        try:
-            rows = _run(conn, "SELECT pg_try_advisory_lock($1)", (key,), True)
-            if rows[0][0] and idle_timeout is not None:
-                _run(conn, LOCK_IDLE_TIMEOUT_SQL, (idle_timeout_setting(idle_timeout),), True)
-        except BaseException:
-            conn.close()
-            raise
-        if not rows[0][0]:
-            conn.close()
-            return None
-        return cls(conn, key)
-
-    @property
-    def key(self) -> int:
-        """The lock key."""
-        return self._key
-
-    @property
-    def backend_pid(self) -> int:
-        """The backend pid of the session holding the lock."""
-        return self._pid
-
-    def is_held(self) -> bool:
-        """Return True if the session is alive and pg_locks shows it holding the lock."""
-        if self._conn.closed:
-            return False
-        # pg_locks splits a bigint key into classid (high 32 bits) and objid (low 32 bits).
-        try:
-            rows = _run(
-                self._conn,
-                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' "
-                "AND pid = pg_backend_pid() AND granted AND objsubid = 1 "
-                "AND classid::bigint = $1 AND objid::bigint = $2)",
-                ((self._key >> 32) & 0xFFFFFFFF, self._key & 0xFFFFFFFF),
-                True,
-            )
-        except ConnectionLost:
-            return False
-        return bool(rows[0][0])
-
-    def release(self) -> None:
-        """Unlock and close the session; closing alone would release it too."""
-        if self._conn.closed:
-            return
-        try:
-            _run(self._conn, "SELECT pg_advisory_unlock($1)", (self._key,), True)
-        except DatabaseError:
-            pass  # the session is gone, and the lock with it
-        finally:
-            self._conn.close()
+        sync_run(conn, f"RELEASE SAVEPOINT {name}", (), False)
 
 
 def sync_connect(url: str, *, min_size: int = 1, max_size: int = 10) -> PsycopgDriver:

@@ -7,27 +7,39 @@ from an ``Engine`` / ``AsyncEngine`` or ``Connection`` / ``AsyncConnection`` you
 inside your own transaction by handing a ``Connection`` or ORM ``Session`` (or their asyncio
 twins) to ``add_job_with_tx``: ``sync_wrap_transaction`` / ``async_wrap_transaction``.
 
-Listeners, advisory locks and ``COPY`` need SQLAlchemy's ``psycopg`` or ``asyncpg`` dialect.
+Listeners, advisory locks and ``COPY`` need SQLAlchemy's ``psycopg`` or ``asyncpg`` dialect:
+they run on the library's own connection, through the psycopg and asyncpg adapters' library
+modules.
+
+``ADAPTER`` is what pgqueue's registry reads. The other names are imported, with SQLAlchemy,
+on first use (see ``pgqueue_adapters._lazy``).
 """
 
-from ._async import (
-    AsyncSQLAlchemyDriver,
-    AsyncSQLAlchemyTxDriver,
-    async_connect,
-    async_from_native,
-    async_wrap_transaction,
-    convert_placeholders,
-    translate_error,
-)
-from ._sync import (
-    SQLAlchemyDriver,
-    SQLAlchemyTxDriver,
-    sync_connect,
-    sync_from_native,
-    sync_wrap_transaction,
-)
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+from ._adapter import ADAPTER
+
+if TYPE_CHECKING:
+    from ._async import (
+        AsyncSQLAlchemyDriver,
+        AsyncSQLAlchemyTxDriver,
+        async_connect,
+        async_from_native,
+        async_wrap_transaction,
+        convert_placeholders,
+        translate_error,
+    )
+    from ._sync import (
+        SQLAlchemyDriver,
+        SQLAlchemyTxDriver,
+        sync_connect,
+        sync_from_native,
+        sync_wrap_transaction,
+    )
 
 __all__ = [
+    "ADAPTER",
     "AsyncSQLAlchemyDriver",
     "AsyncSQLAlchemyTxDriver",
     "SQLAlchemyDriver",
@@ -41,3 +53,5 @@ __all__ = [
     "sync_wrap_transaction",
     "translate_error",
 ]
+
+__getattr__ = lazy_exports(__name__, ("._async", "._sync"))

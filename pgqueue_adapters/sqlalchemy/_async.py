@@ -17,7 +17,7 @@ import functools
 import re
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager, suppress
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import sqlalchemy.ext.asyncio as sa  # sync: import sqlalchemy as sa
 from sqlalchemy import URL, make_url
@@ -26,13 +26,16 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncSession  # sync: from sqlalchemy.orm import Session
 from sqlalchemy.pool import PoolProxiedConnection
 
-from pgqueue._async.compat import Lock
-from pgqueue._async.driver import AsyncAdvisoryLock, AsyncListener, AsyncTxDriverBase
-from pgqueue.adapter_registry import LOST_SQLSTATES, Params, Row, load_adapter
+from pgqueue.driver import (
+    LOST_SQLSTATES,
+    AsyncAdvisoryLock,
+    AsyncListener,
+    AsyncLock,
+    AsyncTxDriverBase,
+    Params,
+    Row,
+)
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError, DriverNotInstalled
-
-if TYPE_CHECKING:
-    import psycopg
 
 __all__ = [
     "AsyncSQLAlchemyDriver",
@@ -237,31 +240,7 @@ def _dedicated_dsn(dialect: Dialect, url: URL) -> str:
     return plain.render_as_string(hide_password=False)
 
 
-async def _psycopg_connect(dsn: str) -> psycopg.AsyncConnection[Any]:
-    """Open a dedicated autocommit psycopg connection."""
-    import psycopg
-
-    # through the registry: a missing psycopg_pool gives the install hint, not an ImportError
-    psycopg_error = load_adapter("psycopg").translate_error
-    try:
-        return await psycopg.AsyncConnection.connect(dsn, autocommit=True)
-    except psycopg.Error as exc:
-        raise psycopg_error(exc) from exc
-
-
 # async-only: begin
-async def _asyncpg_connect(dsn: str) -> Any:
-    """Open a dedicated asyncpg connection (asyncpg connections are in autocommit mode)."""
-    import asyncpg
-
-    from pgqueue_adapters.asyncpg import translate_error as asyncpg_error
-
-    try:
-        return await asyncpg.connect(dsn)
-    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
-        raise asyncpg_error(exc) from exc
-
-
 def _is_script(sql: str) -> bool:
     """Return True if ``sql`` may hold several statements (a ``;`` with text after it)."""
     return ";" in sql.rstrip().rstrip(";")
@@ -274,9 +253,7 @@ async def _asyncpg_script(conn: sa.AsyncConnection, sql: str) -> None:
     command; asyncpg's own ``execute()`` without arguments uses the simple query protocol,
     which takes a script (a migration file).
     """
-    import asyncpg
-
-    from pgqueue_adapters.asyncpg import translate_error as asyncpg_error
+    from pgqueue_adapters.asyncpg import run
 
     try:
         raw: Any = (await _pool_connection(conn)).driver_connection
@@ -285,10 +262,7 @@ async def _asyncpg_script(conn: sa.AsyncConnection, sql: str) -> None:
             await conn.exec_driver_sql(";")
     except _DB_ERRORS as exc:
         raise translate_error(exc) from exc
-    try:
-        await raw.execute(sql)
-    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
-        raise asyncpg_error(exc) from exc
+    await run(raw, sql, (), False)
 
 
 # async-only: end
@@ -343,7 +317,7 @@ class AsyncSQLAlchemyDriver:
         self._url = source.engine.url
         _check_dialect(self._dialect)
         self._owns_source = owns_source
-        self._lock = Lock()
+        self._lock = AsyncLock()
 
     @asynccontextmanager
     async def _idle_connection(self) -> AsyncIterator[sa.AsyncConnection]:
@@ -431,18 +405,13 @@ class AsyncSQLAlchemyDriver:
         dsn = _dedicated_dsn(self._dialect, self._url)
         # async-only: begin
         if self._dialect.driver == "asyncpg":
-            from pgqueue_adapters.asyncpg import AsyncpgListener
+            from pgqueue_adapters.asyncpg import AsyncpgListener, open_session
 
-            listener: AsyncListener = await AsyncpgListener.start(
-                await _asyncpg_connect(dsn), channel
-            )
-            return listener
+            return await AsyncpgListener.start(await open_session(dsn), channel)
         # async-only: end
-        conn = await _psycopg_connect(dsn)
-        started: AsyncListener = await load_adapter("psycopg").AsyncPsycopgListener.start(
-            conn, channel
-        )
-        return started
+        from pgqueue_adapters.psycopg import AsyncPsycopgListener, async_open_session
+
+        return await AsyncPsycopgListener.start(await async_open_session(dsn), channel)
 
     async def try_advisory_lock(
         self, key: int, idle_timeout: float | None = None
@@ -454,18 +423,14 @@ class AsyncSQLAlchemyDriver:
         dsn = _dedicated_dsn(self._dialect, self._url)
         # async-only: begin
         if self._dialect.driver == "asyncpg":
-            from pgqueue_adapters.asyncpg import AsyncpgAdvisoryLock
+            from pgqueue_adapters.asyncpg import AsyncpgAdvisoryLock, open_session
 
-            lock: AsyncAdvisoryLock | None = await AsyncpgAdvisoryLock.acquire(
-                await _asyncpg_connect(dsn), key, idle_timeout
-            )
-            return lock
+            return await AsyncpgAdvisoryLock.acquire(await open_session(dsn), key, idle_timeout)
         # async-only: end
-        conn = await _psycopg_connect(dsn)
-        got: AsyncAdvisoryLock | None = await load_adapter(
-            "psycopg"
-        ).AsyncPsycopgAdvisoryLock.acquire(conn, key, idle_timeout)
-        return got
+        from pgqueue_adapters.psycopg import AsyncPsycopgAdvisoryLock, async_open_session
+
+        session = await async_open_session(dsn)
+        return await AsyncPsycopgAdvisoryLock.acquire(session, key, idle_timeout)
 
     async def copy_records(
         self,
@@ -487,9 +452,13 @@ class AsyncSQLAlchemyDriver:
                 raise translate_error(exc) from exc
             # async-only: begin
             if self._dialect.driver == "asyncpg":
-                return await _asyncpg_copy(raw, schema, table, columns, records)
+                from pgqueue_adapters.asyncpg import copy_rows
+
+                return await copy_rows(raw, schema, table, columns, records)
             # async-only: end
-            return await _psycopg_copy(raw, schema, table, columns, records)
+            from pgqueue_adapters.psycopg import async_copy_rows
+
+            return await async_copy_rows(raw, schema, table, columns, records)
 
     async def close(self) -> None:
         """Dispose of the engine if this driver created it; otherwise leave the caller's open."""
@@ -529,57 +498,6 @@ async def _refuse_autocommit(conn: sa.AsyncConnection) -> None:
             "the SQLAlchemy engine or connection runs with isolation_level='AUTOCOMMIT': "
             "pgqueue needs real transactions, give it one without that setting"
         )
-
-
-async def _psycopg_copy(
-    raw: psycopg.AsyncConnection[Any],
-    schema: str,
-    table: str,
-    columns: Sequence[str],
-    records: Iterable[Sequence[Any]],
-) -> int:
-    from psycopg import Error, sql
-
-    psycopg_error = load_adapter("psycopg").translate_error
-
-    statement = sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
-        sql.Identifier(schema),
-        sql.Identifier(table),
-        sql.SQL(", ").join(sql.Identifier(c) for c in columns),
-    )
-    count = 0
-    try:
-        async with raw.cursor() as cur, cur.copy(statement) as copy:
-            for record in records:
-                await copy.write_row(record)
-                count += 1
-    except Error as exc:
-        raise psycopg_error(exc) from exc
-    return count
-
-
-# async-only: begin
-async def _asyncpg_copy(
-    raw: Any,
-    schema: str,
-    table: str,
-    columns: Sequence[str],
-    records: Iterable[Sequence[Any]],
-) -> int:
-    import asyncpg
-
-    from pgqueue_adapters.asyncpg import translate_error as asyncpg_error
-
-    try:
-        status = await raw.copy_records_to_table(
-            table, records=records, columns=list(columns), schema_name=schema
-        )
-    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
-        raise asyncpg_error(exc) from exc
-    return int(status.split()[-1])  # "COPY <count>"
-
-
-# async-only: end
 
 
 class AsyncSQLAlchemyTxDriver(AsyncTxDriverBase):

@@ -19,7 +19,7 @@ import functools
 import re
 from collections.abc import Iterator, Iterable, Sequence
 from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy import URL, make_url
@@ -28,13 +28,16 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import PoolProxiedConnection
 
-from pgqueue._sync.compat import Lock
-from pgqueue._sync.driver import AdvisoryLock, Listener, TxDriverBase
-from pgqueue.adapter_registry import LOST_SQLSTATES, Params, Row, load_adapter
+from pgqueue.driver import (
+    LOST_SQLSTATES,
+    AdvisoryLock,
+    Listener,
+    Lock,
+    TxDriverBase,
+    Params,
+    Row,
+)
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError, DriverNotInstalled
-
-if TYPE_CHECKING:
-    import psycopg
 
 __all__ = [
     "SQLAlchemyDriver",
@@ -238,18 +241,6 @@ def _dedicated_dsn(dialect: Dialect, url: URL) -> str:
     return plain.render_as_string(hide_password=False)
 
 
-def _psycopg_connect(dsn: str) -> psycopg.Connection[Any]:
-    """Open a dedicated autocommit psycopg connection."""
-    import psycopg
-
-    # through the registry: a missing psycopg_pool gives the install hint, not an ImportError
-    psycopg_error = load_adapter("psycopg").translate_error
-    try:
-        return psycopg.Connection.connect(dsn, autocommit=True)
-    except psycopg.Error as exc:
-        raise psycopg_error(exc) from exc
-
-
 def _run(conn: sa.Connection, sql: str, params: Params, fetch: bool) -> list[Row]:
     statement, bound = bind_params(sql, params, conn.dialect.paramstyle)
     try:
@@ -377,9 +368,9 @@ class SQLAlchemyDriver:
     def listener(self, channel: str) -> Listener:
         """Open a dedicated connection that LISTENs on ``channel``."""
         dsn = _dedicated_dsn(self._dialect, self._url)
-        conn = _psycopg_connect(dsn)
-        started: Listener = load_adapter("psycopg").PsycopgListener.start(conn, channel)
-        return started
+        from pgqueue_adapters.psycopg import PsycopgListener, sync_open_session
+
+        return PsycopgListener.start(sync_open_session(dsn), channel)
 
     def try_advisory_lock(self, key: int, idle_timeout: float | None = None) -> AdvisoryLock | None:
         """Try to take advisory lock ``key`` on a new dedicated connection, without waiting.
@@ -387,11 +378,10 @@ class SQLAlchemyDriver:
         ``idle_timeout``: see ``Driver.try_advisory_lock``.
         """
         dsn = _dedicated_dsn(self._dialect, self._url)
-        conn = _psycopg_connect(dsn)
-        got: AdvisoryLock | None = load_adapter("psycopg").PsycopgAdvisoryLock.acquire(
-            conn, key, idle_timeout
-        )
-        return got
+        from pgqueue_adapters.psycopg import PsycopgAdvisoryLock, sync_open_session
+
+        session = sync_open_session(dsn)
+        return PsycopgAdvisoryLock.acquire(session, key, idle_timeout)
 
     def copy_records(
         self,
@@ -411,7 +401,9 @@ class SQLAlchemyDriver:
                 raw: Any = _pool_connection(conn).driver_connection
             except _DB_ERRORS as exc:
                 raise translate_error(exc) from exc
-            return _psycopg_copy(raw, schema, table, columns, records)
+            from pgqueue_adapters.psycopg import sync_copy_rows
+
+            return sync_copy_rows(raw, schema, table, columns, records)
 
     def close(self) -> None:
         """Dispose of the engine if this driver created it; otherwise leave the caller's open."""
@@ -451,33 +443,6 @@ def _refuse_autocommit(conn: sa.Connection) -> None:
             "the SQLAlchemy engine or connection runs with isolation_level='AUTOCOMMIT': "
             "pgqueue needs real transactions, give it one without that setting"
         )
-
-
-def _psycopg_copy(
-    raw: psycopg.Connection[Any],
-    schema: str,
-    table: str,
-    columns: Sequence[str],
-    records: Iterable[Sequence[Any]],
-) -> int:
-    from psycopg import Error, sql
-
-    psycopg_error = load_adapter("psycopg").translate_error
-
-    statement = sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
-        sql.Identifier(schema),
-        sql.Identifier(table),
-        sql.SQL(", ").join(sql.Identifier(c) for c in columns),
-    )
-    count = 0
-    try:
-        with raw.cursor() as cur, cur.copy(statement) as copy:
-            for record in records:
-                copy.write_row(record)
-                count += 1
-    except Error as exc:
-        raise psycopg_error(exc) from exc
-    return count
 
 
 class SQLAlchemyTxDriver(TxDriverBase):
