@@ -35,7 +35,8 @@ from pgqueue_adapters.sqlalchemy import (
     sync_from_native,
     sync_wrap_transaction,
 )
-from pgqueue_adapters.sqlalchemy._async import _dedicated_dsn, bind_params
+from pgqueue_adapters.sqlalchemy._async import _dedicated_dsn
+from pgqueue_adapters.sqlalchemy._placeholders import bind_params
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -27,9 +27,9 @@ if TYPE_CHECKING:
         async_connect,
         async_from_native,
         async_wrap_transaction,
-        convert_placeholders,
-        translate_error,
     )
+    from ._errors import translate_error
+    from ._placeholders import convert_placeholders
     from ._sync import (
         SQLAlchemyDriver,
         SQLAlchemyTxDriver,
@@ -54,4 +54,4 @@ __all__ = [
     "translate_error",
 ]
 
-__getattr__ = lazy_exports(__name__, ("._async", "._sync"))
+__getattr__ = lazy_exports(__name__, ("._placeholders", "._errors", "._async", "._sync"))

@@ -13,11 +13,9 @@ listener or lock opens a dedicated connection with that library, from the engine
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager, suppress
-from typing import Any, NamedTuple
+from typing import Any
 
 import sqlalchemy.ext.asyncio as sa  # sync: import sqlalchemy as sa
 from sqlalchemy import URL, make_url
@@ -27,7 +25,6 @@ from sqlalchemy.ext.asyncio import AsyncSession  # sync: from sqlalchemy.orm imp
 from sqlalchemy.pool import PoolProxiedConnection
 
 from pgqueue.driver import (
-    LOST_SQLSTATES,
     AsyncAdvisoryLock,
     AsyncListener,
     AsyncLock,
@@ -37,15 +34,15 @@ from pgqueue.driver import (
 )
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError, DriverNotInstalled
 
+from ._errors import DB_ERRORS, translate_error
+from ._placeholders import bind_params
+
 __all__ = [
     "AsyncSQLAlchemyDriver",
     "AsyncSQLAlchemyTxDriver",
-    # sync: "convert_placeholders",
     "async_connect",
     "async_from_native",
     "async_wrap_transaction",
-    "convert_placeholders",  # async-only
-    "translate_error",
 ]
 
 # Which side this module is: objects of the other side get a message naming the right client.
@@ -60,128 +57,6 @@ _SQLALCHEMY_QUERY_KEYS = (
     "prepared_statement_cache_size",
     "prepared_statement_name_func",
 )
-
-# Errors that statements and connection checkouts can raise: SQLAlchemy wraps the DBAPI's
-# errors, but its asyncpg dialect lets a failed connect's OSError through as it is, and a
-# pool with no connection free within its pool_timeout raises its own TimeoutError.
-_DB_ERRORS = (sa_exc.DBAPIError, sa_exc.TimeoutError, OSError)
-
-
-# -- placeholders -------------------------------------------------------------------------------
-
-# "$" inside an identifier (a$1) is part of the name, not a placeholder.
-_PLACEHOLDER_RE = re.compile(r"(?<![\w$])\$(\d+)")
-
-
-class Converted(NamedTuple):
-    """A statement rewritten for one DBAPI paramstyle, and how to lay out its parameters.
-
-    ``shape`` is ``"tuple"`` (the parameters as given), ``"dict"`` (``{"p1": $1, ...}``) or
-    ``"order"`` (a tuple of the parameters at the 0-based indexes in ``order``, one per
-    placeholder, repeats included).
-    """
-
-    sql: str
-    shape: str
-    order: tuple[int, ...] = ()
-
-
-@functools.lru_cache(maxsize=1024)
-def convert_placeholders(sql: str, paramstyle: str) -> Converted:
-    """Rewrite ``$1, $2, ...`` placeholders of ``sql`` into DBAPI ``paramstyle`` (cached).
-
-    ``numeric_dollar`` is PostgreSQL's own style and passes through; ``pyformat`` gives
-    ``%(p1)s``, ``format`` ``%s``, ``named`` ``:p1``, ``numeric`` ``:1`` and ``qmark`` ``?``.
-    In the ``%`` styles a literal ``%`` is doubled. The statement must not contain ``$n``
-    inside string literals (pgqueue's never do).
-    """
-    if paramstyle == "numeric_dollar":
-        return Converted(sql, "tuple")
-    if paramstyle in ("pyformat", "format"):
-        sql = sql.replace("%", "%%")
-    order: list[int] = []
-
-    def colon(match: re.Match[str], text: str) -> str:
-        # ":" right before the placeholder (an array slice a[1:$2]) must not make a "::" cast.
-        return " " + text if match.start() > 0 and match.string[match.start() - 1] == ":" else text
-
-    def replace(match: re.Match[str]) -> str:
-        n = int(match[1])
-        if n < 1:
-            raise ConfigurationError(f"invalid placeholder ${n} in {sql!r}")
-        if paramstyle == "pyformat":
-            return f"%(p{n})s"
-        if paramstyle == "named":
-            return colon(match, f":p{n}")
-        if paramstyle == "numeric":
-            return colon(match, f":{n}")
-        order.append(n - 1)
-        return "%s" if paramstyle == "format" else "?"
-
-    if paramstyle not in ("pyformat", "format", "named", "numeric", "qmark"):
-        raise ConfigurationError(f"unsupported DBAPI paramstyle {paramstyle!r}")
-    converted = _PLACEHOLDER_RE.sub(replace, sql)
-    if paramstyle in ("pyformat", "named"):
-        return Converted(converted, "dict")
-    if paramstyle == "numeric":
-        return Converted(converted, "tuple")
-    return Converted(converted, "order", tuple(order))
-
-
-def bind_params(
-    sql: str, params: Params, paramstyle: str
-) -> tuple[str, tuple[Any, ...] | dict[str, Any]]:
-    """Return ``sql`` and ``params`` laid out for a DBAPI of ``paramstyle``."""
-    converted = convert_placeholders(sql, paramstyle)
-    if converted.shape == "dict":
-        return converted.sql, {f"p{i}": value for i, value in enumerate(params, 1)}
-    if converted.shape == "order":
-        try:
-            return converted.sql, tuple(params[i] for i in converted.order)
-        except IndexError:
-            raise ConfigurationError(
-                f"the statement uses ${max(converted.order) + 1} but only {len(params)} "
-                "parameters were given"
-            ) from None
-    return converted.sql, tuple(params)
-
-
-# -- errors -------------------------------------------------------------------------------------
-
-
-def translate_error(exc: BaseException) -> DatabaseError:
-    """Map a SQLAlchemy error (or a raw connect ``OSError``) to pgqueue's errors.
-
-    The sqlstate and constraint name come from the DBAPI exception (``exc.orig``) or, for
-    SQLAlchemy's asyncpg dialect, from the asyncpg exception it wraps (``orig.__cause__``).
-    """
-    if not isinstance(exc, sa_exc.DBAPIError):
-        message = str(exc).strip() or type(exc).__name__
-        if isinstance(exc, OSError):
-            return ConnectionLost(f"lost the database connection: {message}")
-        return DatabaseError(message)
-    orig = exc.orig
-    native = orig.__cause__ if orig is not None and orig.__cause__ is not None else orig
-    state: str | None = None
-    constraint: str | None = None
-    for candidate in (native, orig):
-        state = state or getattr(candidate, "sqlstate", None) or getattr(candidate, "pgcode", None)
-        constraint = constraint or getattr(candidate, "constraint_name", None)
-        diag = getattr(candidate, "diag", None)
-        constraint = constraint or getattr(diag, "constraint_name", None)
-    message = str(native if native is not None else exc).strip() or type(exc).__name__
-    detail = getattr(native, "detail", None)  # asyncpg keeps it apart; psycopg's text has it
-    if isinstance(detail, str) and detail and detail not in message:
-        message = f"{message}\nDETAIL: {detail}"
-    lost = (
-        exc.connection_invalidated
-        or isinstance(exc, sa_exc.InterfaceError)
-        or (state is not None and (state.startswith("08") or state in LOST_SQLSTATES))
-        or (isinstance(exc, sa_exc.OperationalError) and state is None)
-    )
-    if lost:
-        return ConnectionLost(f"lost the database connection: {message}", state)
-    return DatabaseError(message, state, constraint)
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -260,7 +135,7 @@ async def _asyncpg_script(conn: sa.AsyncConnection, sql: str) -> None:
         if not raw.is_in_transaction():
             # Have SQLAlchemy's adapter send its BEGIN, so that the script runs inside it.
             await conn.exec_driver_sql(";")
-    except _DB_ERRORS as exc:
+    except DB_ERRORS as exc:
         raise translate_error(exc) from exc
     await run(raw, sql, (), False)
 
@@ -277,7 +152,7 @@ async def _run(conn: sa.AsyncConnection, sql: str, params: Params, fetch: bool) 
     statement, bound = bind_params(sql, params, conn.dialect.paramstyle)
     try:
         result = await conn.exec_driver_sql(statement, bound)
-    except _DB_ERRORS as exc:
+    except DB_ERRORS as exc:
         raise translate_error(exc) from exc
     if fetch and result.returns_rows:
         return [tuple(row) for row in result]
@@ -325,7 +200,7 @@ class AsyncSQLAlchemyDriver:
         if self._engine is not None:
             try:
                 conn = await self._engine.connect()
-            except _DB_ERRORS as exc:
+            except DB_ERRORS as exc:
                 raise translate_error(exc) from exc
             try:
                 yield conn
@@ -354,19 +229,19 @@ class AsyncSQLAlchemyDriver:
             try:
                 await conn.begin()
                 await _refuse_autocommit(conn)
-            except _DB_ERRORS as exc:
+            except DB_ERRORS as exc:
                 raise translate_error(exc) from exc
             try:
                 yield conn
             except BaseException:
                 # The block's error says more than a failed rollback (on a broken connection,
                 # which SQLAlchemy discards anyway).
-                with suppress(*_DB_ERRORS):
+                with suppress(*DB_ERRORS):
                     await conn.rollback()
                 raise
             try:
                 await conn.commit()
-            except _DB_ERRORS as exc:
+            except DB_ERRORS as exc:
                 raise translate_error(exc) from exc
 
     async def _statement(self, sql: str, params: Params, fetch: bool) -> list[Row]:
@@ -382,7 +257,7 @@ class AsyncSQLAlchemyDriver:
             try:
                 await _refuse_autocommit(conn)  # the engine's own setting: see with_tx
                 await conn.execution_options(isolation_level="AUTOCOMMIT")
-            except _DB_ERRORS as exc:
+            except DB_ERRORS as exc:
                 raise translate_error(exc) from exc
             return await _run(conn, sql, params, fetch)
 
@@ -448,7 +323,7 @@ class AsyncSQLAlchemyDriver:
         async with self._transaction() as conn:
             try:
                 raw: Any = (await _pool_connection(conn)).driver_connection
-            except _DB_ERRORS as exc:
+            except DB_ERRORS as exc:
                 raise translate_error(exc) from exc
             # async-only: begin
             if self._dialect.driver == "asyncpg":
@@ -479,7 +354,7 @@ async def _autocommit_outside_transaction(conn: sa.AsyncConnection) -> bool:
     """Return True if ``conn`` is in AUTOCOMMIT isolation and no transaction is open on it."""
     try:
         raw = await _pool_connection(conn)
-    except _DB_ERRORS as exc:
+    except DB_ERRORS as exc:
         raise translate_error(exc) from exc
     if getattr(raw.dbapi_connection, "autocommit", False) is not True:
         return False
@@ -525,7 +400,7 @@ class AsyncSQLAlchemyTxDriver(AsyncTxDriverBase):
         if isinstance(self._source, AsyncSession):
             try:
                 return await self._source.connection()
-            except _DB_ERRORS as exc:
+            except DB_ERRORS as exc:
                 raise translate_error(exc) from exc
         return self._source
 
@@ -558,17 +433,17 @@ class AsyncSQLAlchemyTxDriver(AsyncTxDriverBase):
             return
         try:
             savepoint = await self._source.begin_nested()
-        except _DB_ERRORS as exc:
+        except DB_ERRORS as exc:
             raise translate_error(exc) from exc
         try:
             yield self
         except BaseException:
-            with suppress(*_DB_ERRORS):  # the block's error says more
+            with suppress(*DB_ERRORS):  # the block's error says more
                 await savepoint.rollback()
             raise
         try:
             await savepoint.commit()
-        except _DB_ERRORS as exc:
+        except DB_ERRORS as exc:
             raise translate_error(exc) from exc
 
 
@@ -610,7 +485,7 @@ async def async_connect(url: str, *, pool_size: int = 10) -> AsyncSQLAlchemyDriv
         driver = AsyncSQLAlchemyDriver(engine, owns_source=True)
         try:
             probe = await engine.connect()
-        except _DB_ERRORS as exc:
+        except DB_ERRORS as exc:
             message = str(translate_error(exc)).removeprefix("lost the database connection: ")
             raise ConnectionLost(f"cannot connect to the database: {message}") from exc
         await probe.close()

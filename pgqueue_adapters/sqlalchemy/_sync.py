@@ -15,11 +15,9 @@ listener or lock opens a dedicated connection with that library, from the engine
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import Iterator, Iterable, Sequence
 from contextlib import contextmanager, suppress
-from typing import Any, NamedTuple
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import URL, make_url
@@ -29,7 +27,6 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import PoolProxiedConnection
 
 from pgqueue.driver import (
-    LOST_SQLSTATES,
     AdvisoryLock,
     Listener,
     Lock,
@@ -39,14 +36,15 @@ from pgqueue.driver import (
 )
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError, DriverNotInstalled
 
+from ._errors import DB_ERRORS, translate_error
+from ._placeholders import bind_params
+
 __all__ = [
     "SQLAlchemyDriver",
     "SQLAlchemyTxDriver",
-    "convert_placeholders",
     "sync_connect",
     "sync_from_native",
     "sync_wrap_transaction",
-    "translate_error",
 ]
 
 # Which side this module is: objects of the other side get a message naming the right client.
@@ -61,128 +59,6 @@ _SQLALCHEMY_QUERY_KEYS = (
     "prepared_statement_cache_size",
     "prepared_statement_name_func",
 )
-
-# Errors that statements and connection checkouts can raise: SQLAlchemy wraps the DBAPI's
-# errors, but its asyncpg dialect lets a failed connect's OSError through as it is, and a
-# pool with no connection free within its pool_timeout raises its own TimeoutError.
-_DB_ERRORS = (sa_exc.DBAPIError, sa_exc.TimeoutError, OSError)
-
-
-# -- placeholders -------------------------------------------------------------------------------
-
-# "$" inside an identifier (a$1) is part of the name, not a placeholder.
-_PLACEHOLDER_RE = re.compile(r"(?<![\w$])\$(\d+)")
-
-
-class Converted(NamedTuple):
-    """A statement rewritten for one DBAPI paramstyle, and how to lay out its parameters.
-
-    ``shape`` is ``"tuple"`` (the parameters as given), ``"dict"`` (``{"p1": $1, ...}``) or
-    ``"order"`` (a tuple of the parameters at the 0-based indexes in ``order``, one per
-    placeholder, repeats included).
-    """
-
-    sql: str
-    shape: str
-    order: tuple[int, ...] = ()
-
-
-@functools.lru_cache(maxsize=1024)
-def convert_placeholders(sql: str, paramstyle: str) -> Converted:
-    """Rewrite ``$1, $2, ...`` placeholders of ``sql`` into DBAPI ``paramstyle`` (cached).
-
-    ``numeric_dollar`` is PostgreSQL's own style and passes through; ``pyformat`` gives
-    ``%(p1)s``, ``format`` ``%s``, ``named`` ``:p1``, ``numeric`` ``:1`` and ``qmark`` ``?``.
-    In the ``%`` styles a literal ``%`` is doubled. The statement must not contain ``$n``
-    inside string literals (pgqueue's never do).
-    """
-    if paramstyle == "numeric_dollar":
-        return Converted(sql, "tuple")
-    if paramstyle in ("pyformat", "format"):
-        sql = sql.replace("%", "%%")
-    order: list[int] = []
-
-    def colon(match: re.Match[str], text: str) -> str:
-        # ":" right before the placeholder (an array slice a[1:$2]) must not make a "::" cast.
-        return " " + text if match.start() > 0 and match.string[match.start() - 1] == ":" else text
-
-    def replace(match: re.Match[str]) -> str:
-        n = int(match[1])
-        if n < 1:
-            raise ConfigurationError(f"invalid placeholder ${n} in {sql!r}")
-        if paramstyle == "pyformat":
-            return f"%(p{n})s"
-        if paramstyle == "named":
-            return colon(match, f":p{n}")
-        if paramstyle == "numeric":
-            return colon(match, f":{n}")
-        order.append(n - 1)
-        return "%s" if paramstyle == "format" else "?"
-
-    if paramstyle not in ("pyformat", "format", "named", "numeric", "qmark"):
-        raise ConfigurationError(f"unsupported DBAPI paramstyle {paramstyle!r}")
-    converted = _PLACEHOLDER_RE.sub(replace, sql)
-    if paramstyle in ("pyformat", "named"):
-        return Converted(converted, "dict")
-    if paramstyle == "numeric":
-        return Converted(converted, "tuple")
-    return Converted(converted, "order", tuple(order))
-
-
-def bind_params(
-    sql: str, params: Params, paramstyle: str
-) -> tuple[str, tuple[Any, ...] | dict[str, Any]]:
-    """Return ``sql`` and ``params`` laid out for a DBAPI of ``paramstyle``."""
-    converted = convert_placeholders(sql, paramstyle)
-    if converted.shape == "dict":
-        return converted.sql, {f"p{i}": value for i, value in enumerate(params, 1)}
-    if converted.shape == "order":
-        try:
-            return converted.sql, tuple(params[i] for i in converted.order)
-        except IndexError:
-            raise ConfigurationError(
-                f"the statement uses ${max(converted.order) + 1} but only {len(params)} "
-                "parameters were given"
-            ) from None
-    return converted.sql, tuple(params)
-
-
-# -- errors -------------------------------------------------------------------------------------
-
-
-def translate_error(exc: BaseException) -> DatabaseError:
-    """Map a SQLAlchemy error (or a raw connect ``OSError``) to pgqueue's errors.
-
-    The sqlstate and constraint name come from the DBAPI exception (``exc.orig``) or, for
-    SQLAlchemy's asyncpg dialect, from the asyncpg exception it wraps (``orig.__cause__``).
-    """
-    if not isinstance(exc, sa_exc.DBAPIError):
-        message = str(exc).strip() or type(exc).__name__
-        if isinstance(exc, OSError):
-            return ConnectionLost(f"lost the database connection: {message}")
-        return DatabaseError(message)
-    orig = exc.orig
-    native = orig.__cause__ if orig is not None and orig.__cause__ is not None else orig
-    state: str | None = None
-    constraint: str | None = None
-    for candidate in (native, orig):
-        state = state or getattr(candidate, "sqlstate", None) or getattr(candidate, "pgcode", None)
-        constraint = constraint or getattr(candidate, "constraint_name", None)
-        diag = getattr(candidate, "diag", None)
-        constraint = constraint or getattr(diag, "constraint_name", None)
-    message = str(native if native is not None else exc).strip() or type(exc).__name__
-    detail = getattr(native, "detail", None)  # asyncpg keeps it apart; psycopg's text has it
-    if isinstance(detail, str) and detail and detail not in message:
-        message = f"{message}\nDETAIL: {detail}"
-    lost = (
-        exc.connection_invalidated
-        or isinstance(exc, sa_exc.InterfaceError)
-        or (state is not None and (state.startswith("08") or state in LOST_SQLSTATES))
-        or (isinstance(exc, sa_exc.OperationalError) and state is None)
-    )
-    if lost:
-        return ConnectionLost(f"lost the database connection: {message}", state)
-    return DatabaseError(message, state, constraint)
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -245,7 +121,7 @@ def _run(conn: sa.Connection, sql: str, params: Params, fetch: bool) -> list[Row
     statement, bound = bind_params(sql, params, conn.dialect.paramstyle)
     try:
         result = conn.exec_driver_sql(statement, bound)
-    except _DB_ERRORS as exc:
+    except DB_ERRORS as exc:
         raise translate_error(exc) from exc
     if fetch and result.returns_rows:
         return [tuple(row) for row in result]
@@ -290,7 +166,7 @@ class SQLAlchemyDriver:
         if self._engine is not None:
             try:
                 conn = self._engine.connect()
-            except _DB_ERRORS as exc:
+            except DB_ERRORS as exc:
                 raise translate_error(exc) from exc
             try:
                 yield conn
@@ -319,19 +195,19 @@ class SQLAlchemyDriver:
             try:
                 conn.begin()
                 _refuse_autocommit(conn)
-            except _DB_ERRORS as exc:
+            except DB_ERRORS as exc:
                 raise translate_error(exc) from exc
             try:
                 yield conn
             except BaseException:
                 # The block's error says more than a failed rollback (on a broken connection,
                 # which SQLAlchemy discards anyway).
-                with suppress(*_DB_ERRORS):
+                with suppress(*DB_ERRORS):
                     conn.rollback()
                 raise
             try:
                 conn.commit()
-            except _DB_ERRORS as exc:
+            except DB_ERRORS as exc:
                 raise translate_error(exc) from exc
 
     def _statement(self, sql: str, params: Params, fetch: bool) -> list[Row]:
@@ -347,7 +223,7 @@ class SQLAlchemyDriver:
             try:
                 _refuse_autocommit(conn)  # the engine's own setting: see with_tx
                 conn.execution_options(isolation_level="AUTOCOMMIT")
-            except _DB_ERRORS as exc:
+            except DB_ERRORS as exc:
                 raise translate_error(exc) from exc
             return _run(conn, sql, params, fetch)
 
@@ -399,7 +275,7 @@ class SQLAlchemyDriver:
         with self._transaction() as conn:
             try:
                 raw: Any = _pool_connection(conn).driver_connection
-            except _DB_ERRORS as exc:
+            except DB_ERRORS as exc:
                 raise translate_error(exc) from exc
             from pgqueue_adapters.psycopg import sync_copy_rows
 
@@ -424,7 +300,7 @@ def _autocommit_outside_transaction(conn: sa.Connection) -> bool:
     """Return True if ``conn`` is in AUTOCOMMIT isolation and no transaction is open on it."""
     try:
         raw = _pool_connection(conn)
-    except _DB_ERRORS as exc:
+    except DB_ERRORS as exc:
         raise translate_error(exc) from exc
     if getattr(raw.dbapi_connection, "autocommit", False) is not True:
         return False
@@ -470,7 +346,7 @@ class SQLAlchemyTxDriver(TxDriverBase):
         if isinstance(self._source, Session):
             try:
                 return self._source.connection()
-            except _DB_ERRORS as exc:
+            except DB_ERRORS as exc:
                 raise translate_error(exc) from exc
         return self._source
 
@@ -503,17 +379,17 @@ class SQLAlchemyTxDriver(TxDriverBase):
             return
         try:
             savepoint = self._source.begin_nested()
-        except _DB_ERRORS as exc:
+        except DB_ERRORS as exc:
             raise translate_error(exc) from exc
         try:
             yield self
         except BaseException:
-            with suppress(*_DB_ERRORS):  # the block's error says more
+            with suppress(*DB_ERRORS):  # the block's error says more
                 savepoint.rollback()
             raise
         try:
             savepoint.commit()
-        except _DB_ERRORS as exc:
+        except DB_ERRORS as exc:
             raise translate_error(exc) from exc
 
 
@@ -555,7 +431,7 @@ def sync_connect(url: str, *, pool_size: int = 10) -> SQLAlchemyDriver:
         driver = SQLAlchemyDriver(engine, owns_source=True)
         try:
             probe = engine.connect()
-        except _DB_ERRORS as exc:
+        except DB_ERRORS as exc:
             message = str(translate_error(exc)).removeprefix("lost the database connection: ")
             raise ConnectionLost(f"cannot connect to the database: {message}") from exc
         probe.close()
