@@ -37,7 +37,6 @@ __all__ = [
     "describe_error",
     "is_coroutine_function",
     "is_data_refusal",
-    "log_outcome",
     "outcome_for_bad_payload",
     "outcome_for_error",
     "outcome_unrecordable",
@@ -388,35 +387,6 @@ def outcome_unrecordable(job: ClaimedJob, error: BaseException) -> Outcome:
     return Outcome("fail", message=message, error=_error_json(job, message, None))
 
 
-def log_outcome(job: ClaimedJob, outcome: Outcome) -> None:
-    """Log how a job ended: failures (with their traceback) at WARNING, the rest lower."""
-    action = outcome.action
-    took = f" in {job.duration:.3f}s" if job.duration is not None else ""
-    if action in ("retry", "fail"):
-        logger.warning(
-            "job %s (%s) attempt %d/%d failed%s: %s%s",
-            job.id,
-            job.kind,
-            job.attempt,
-            job.max_attempts,
-            took,
-            outcome.message,
-            f"; retrying in {outcome.delay:.1f}s" if action == "retry" else "; giving up",
-            exc_info=_loggable(outcome.exc),
-        )
-    elif action == "cancel":
-        logger.info("job %s (%s) cancelled%s: %s", job.id, job.kind, took, outcome.message)
-    elif logger.isEnabledFor(logging.DEBUG):
-        logger.debug("job %s (%s) attempt %d: %s%s", job.id, job.kind, job.attempt, action, took)
-
-
-def _loggable(exc: BaseException | None) -> BaseException | None:
-    # Only real failures get a traceback in the log (not a timeout's internal exception).
-    if exc is None or isinstance(exc, ProcessTimeout | ProcessStopped):
-        return None
-    return exc
-
-
 class ProcessTimeout(Exception):
     """``process`` ran past the job's timeout."""
 
@@ -434,6 +404,8 @@ class Running:
     handle: Any = None  # from JobPool.submit
     inner: Any = None  # what to cancel to cut process() off (a task), while it runs
     is_coroutine: bool = False
+    # seconds from the job's due time to this run's start, when an event asked for it
+    queue_wait: float | None = None
 
 
 def signal_stop(running: Running, reason: str) -> None:

@@ -29,6 +29,10 @@ class RuntimeConfig:
       ``cleanup_batch``.
     - ``shutdown_timeout``: default for ``stop()``: how long running jobs may finish.
     - ``listener_reconnect_max``: cap of the backoff between LISTEN reconnect attempts.
+    - ``claim_retry_max``: cap of the backoff between attempts to claim jobs (and to hand
+      back what a claim whose reply was lost took) while the database fails.
+    - ``outcome_retry_max``: cap of the backoff between attempts to record how jobs ended
+      while the database fails (the outcomes are kept meanwhile).
     - ``unknown_kind_interval``: how often a worker looks for due jobs of its queues whose kind
       no running worker registers (they would wait silently); it warns about each such kind
       when first found, then every 10 checks while they wait.
@@ -45,6 +49,8 @@ class RuntimeConfig:
     cleanup_batch: int = 1000
     shutdown_timeout: float = 30.0
     listener_reconnect_max: float = 5.0
+    claim_retry_max: float = 5.0
+    outcome_retry_max: float = 5.0
     unknown_kind_interval: float = 60.0
 
     def __post_init__(self) -> None:
@@ -57,6 +63,8 @@ class RuntimeConfig:
             "completed_retention",
             "failed_retention",
             "listener_reconnect_max",
+            "claim_retry_max",
+            "outcome_retry_max",
             "unknown_kind_interval",
         ):
             value = getattr(self, name)

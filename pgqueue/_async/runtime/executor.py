@@ -1,0 +1,180 @@
+"""The job executor: runs claimed jobs in the pool and hands their outcomes to the writer.
+
+It owns the job pool and what a run's start and end mean: the run is counted in the
+:class:`~pgqueue.runtime_state.RunTable` from launch to outcome, a job's ``process`` is called
+through ``call_process`` (timeouts, cancellation, stuck runs), the outcome is decided by
+``pgqueue.execution``, and ``JobStarted``/``JobFinished``/``JobRetried`` are emitted. A job
+raising ``KeyboardInterrupt``/``SystemExit`` stops the worker (``on_fatal``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+
+from ...events import EventHub, JobFinished, JobRetried, JobStarted
+from ...execution import (
+    ClaimedJob,
+    Outcome,
+    Running,
+    StuckRuns,
+    is_coroutine_function,
+    outcome_for_bad_payload,
+    outcome_for_error,
+    outcome_unrunnable,
+    signal_stop,
+)
+from ...jobs import WorkerRegistry
+from ...runtime_config import RuntimeConfig
+from ...runtime_state import RunTable, job_finished, job_retried, job_started, queue_wait
+from ..compat import Event, JobPool, call_process, wait_all
+from .writer import AsyncOutcomeWriter
+
+__all__ = ["AsyncJobExecutor"]
+
+logger = logging.getLogger("pgqueue")
+
+# After stop's timeout, how long cut-off jobs get to hand their job back.
+_STOP_GRACE = 2.0
+_IMMEDIATE_GRACE = 0.2
+
+
+class AsyncJobExecutor:
+    """Runs each launched job once and reports how it ended."""
+
+    def __init__(
+        self,
+        *,
+        registry: WorkerRegistry,
+        config: RuntimeConfig,
+        runs: RunTable,
+        writer: AsyncOutcomeWriter,
+        wake: Mapping[str, Event],
+        events: EventHub,
+        instance_id: uuid.UUID,
+        size: int,
+        on_fatal: Callable[[], None],
+    ) -> None:
+        self._registry = registry
+        self._config = config
+        self._runs = runs
+        self._writer = writer
+        self._wake = wake
+        self._events = events
+        self._instance_id = instance_id
+        self._size = size
+        self._on_fatal = on_fatal
+        self._pool: JobPool | None = None
+        self.stuck = StuckRuns()
+        self.fatal: BaseException | None = None
+
+    def open(self) -> None:
+        """Create the pool the jobs run in."""
+        self._pool = JobPool(self._size)
+
+    def close(self) -> None:
+        """Let the pool's threads end once idle (a thread still in a job finishes it first)."""
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    def launch(self, job: ClaimedJob) -> None:
+        """Start running a job just claimed (its slot is taken until its outcome is handed on)."""
+        assert self._pool is not None
+        running = self._runs.add(job)
+        running.handle = self._pool.submit(self._execute, running)
+
+    async def drain(self, timeout: float, immediate: Callable[[], bool]) -> None:
+        """Let running jobs finish for ``timeout`` seconds, then cut them off and hand them back.
+
+        Cut-off jobs go back to pending without losing an attempt. ``immediate()`` turning
+        true (a second signal) cuts the wait short.
+        """
+        # in short steps so a second signal can cut the wait short
+        remaining = timeout
+        while self._runs and remaining > 0 and not immediate():
+            step = min(remaining, 0.1)
+            await wait_all([r.handle for r in self._runs.runs()], step)
+            remaining -= step
+        cut_off = self._runs.runs()
+        for running in cut_off:
+            signal_stop(running, "shutdown")
+        if cut_off:
+            logger.warning("stop: cutting off %d running job(s)", len(cut_off))
+            grace = _IMMEDIATE_GRACE if immediate() else _STOP_GRACE
+            await wait_all([r.handle for r in cut_off], grace)
+        # Jobs whose code does not return (a blocked thread) are handed back all the same;
+        # taking them out of the run table means that, if they ever return, nothing more is
+        # written.
+        for abandoned in self._runs.remove_all():
+            self._finish(abandoned, Outcome("release"))
+
+    async def _execute(self, running: Running) -> None:
+        job = running.job
+        events = self._events
+        if events.wants(JobStarted):
+            running.queue_wait = queue_wait(job)
+            events.emit(job_started(running, self._instance_id))
+        elif events.wants(JobFinished):
+            running.queue_wait = queue_wait(job)
+        # if this task itself dies, hand the job back; None: leave it to a rescue
+        outcome: Outcome | None = Outcome("release")
+        try:
+            try:
+                outcome = await self._run(running)
+            except Exception as exc:  # describing the job's error failed, say: still charged
+                outcome = outcome_for_error(job, exc, self._config)
+        except (KeyboardInterrupt, SystemExit) as exc:
+            # process() asked for the whole worker to end. As after a crash, its job gets no
+            # outcome (a rescue returns it, the attempt counted) and the worker stops at once;
+            # run() and `pgqueue worker` raise the exception again once it has stopped.
+            outcome = None
+            if self.fatal is None:
+                self.fatal = exc
+            logger.error(
+                "job %s (%s) raised %s: stopping this worker now; the job is left for a rescue",
+                job.id,
+                job.kind,
+                type(exc).__name__,
+            )
+            self._on_fatal()
+        finally:
+            # Only while the job is still in the run table: a shutdown that gave up on it has
+            # already handed it back, and a late outcome must not follow.
+            if self._runs.remove(job) is not None:
+                if outcome is not None:
+                    self._finish(running, outcome)
+                self._wake[job.queue].set()
+
+    async def _run(self, running: Running) -> Outcome:
+        """Run one claimed job's ``process`` and return how it ended."""
+        job = running.job
+        refused = outcome_unrunnable(job)
+        if refused is not None:
+            return refused
+        try:
+            worker = self._registry.build(job.kind, json.loads(job.payload_text))
+        except Exception as exc:
+            return outcome_for_bad_payload(job, exc)
+        ctx = job.context(running.cancel)
+        running.is_coroutine = is_coroutine_function(worker.process)
+        assert self._pool is not None
+        started = time.monotonic()
+        try:
+            await call_process(self._pool, running, worker.process, ctx, self.stuck)
+        except Exception as exc:
+            job.duration = time.monotonic() - started
+            return outcome_for_error(job, exc, self._config)
+        job.duration = time.monotonic() - started
+        return Outcome("complete")
+
+    def _finish(self, running: Running, outcome: Outcome) -> None:
+        """Report how a run ended, then hand its outcome to the writer (never blocks)."""
+        events = self._events
+        if events.wants(JobFinished):
+            events.emit(job_finished(running, outcome, self._instance_id))
+        if outcome.action == "retry" and events.wants(JobRetried):
+            events.emit(job_retried(running.job, outcome))
+        self._writer.put(running.job, outcome)

@@ -1,0 +1,119 @@
+"""The leader: whoever holds the leader advisory lock runs maintenance.
+
+Every ``leader_interval`` each instance tries to take the lock; the one holding it rescues the
+jobs of dead instances, removes finished jobs past retention and expires unique locks, and
+stands down when it finds the lock gone (or a duty fails). ``LeaderGained``, ``LeaderLost``
+and ``JobsRescued`` say what happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+
+from ...errors import DatabaseError
+from ...events import EventHub, JobsRescued, LeaderGained, LeaderLost
+from ...runtime_config import RuntimeConfig
+from ...settings import Settings
+from ..compat import Event, wait_event
+from ..driver import AsyncAdvisoryLock, AsyncDriver
+from ..store import AsyncStore
+
+__all__ = ["AsyncLeader"]
+
+logger = logging.getLogger("pgqueue")
+
+# Bound on maintenance rounds per leader tick, so one tick cannot run for ever.
+_MAX_MAINTENANCE_ROUNDS = 20
+
+
+class AsyncLeader:
+    """Competes for the lead and, while it holds it, maintains the tables."""
+
+    def __init__(
+        self,
+        *,
+        driver: AsyncDriver,
+        store: AsyncStore,
+        settings: Settings,
+        config: RuntimeConfig,
+        stopping: Event,
+        events: EventHub,
+        instance_id: uuid.UUID,
+    ) -> None:
+        self._driver = driver
+        self._store = store
+        self._settings = settings
+        self._config = config
+        self._stopping = stopping
+        self._events = events
+        self._instance_id = instance_id
+        self._lock: AsyncAdvisoryLock | None = None
+
+    @property
+    def is_leader(self) -> bool:
+        """True while this instance holds the leader lock."""
+        return self._lock is not None
+
+    async def run(self) -> None:
+        """Tick every ``leader_interval`` until the runtime stops."""
+        while not self._stopping.is_set():
+            try:
+                await self._lead_once()
+            except DatabaseError as exc:
+                logger.warning("leader duties failed: %s", exc)
+                await self.resign("error")
+            if await wait_event(self._stopping, self._config.leader_interval):
+                break
+
+    async def _lead_once(self) -> None:
+        if self._lock is None:
+            # The lock's session is ended by the server once idle for this long, so a leader
+            # that stalls (SIGSTOP, swapped out, a blocked event loop) loses the lead about when
+            # its heartbeat goes stale, instead of holding it, and every rescue, for ever.
+            idle = max(self._config.rescue_after, 2 * self._config.leader_interval)
+            self._lock = await self._driver.try_advisory_lock(
+                self._settings.advisory_key("leader"), idle
+            )
+            if self._lock is None:
+                return
+            if self._events.wants(LeaderGained):
+                self._events.emit(LeaderGained(self._instance_id))
+            await self._store.instance_set_leader(self._instance_id)
+        elif not await self._lock.is_held():
+            await self.resign("lock lost")
+            return
+        await self.maintain()
+
+    async def maintain(self) -> None:
+        """Run the leader's duties once: rescue, retention cleanup, unique-lock expiry."""
+        store, config = self._store, self._config
+        stale = await store.instance_remove_stale(config.rescue_after)
+        if stale:
+            logger.warning("instances presumed dead: %s", ", ".join(map(str, stale)))
+        for _ in range(_MAX_MAINTENANCE_ROUNDS):
+            rescued = await store.job_rescue(config.cleanup_batch)
+            if rescued and self._events.wants(JobsRescued):
+                jobs = {job.id: job.status for job in rescued}
+                self._events.emit(JobsRescued(self._instance_id, jobs, tuple(stale)))
+            if len(rescued) < config.cleanup_batch:
+                break
+        for _ in range(_MAX_MAINTENANCE_ROUNDS):
+            removed = await store.job_cleanup(
+                config.completed_retention, config.failed_retention, config.cleanup_batch
+            )
+            if removed < config.cleanup_batch:
+                break
+        await store.unique_lock_expire(config.cleanup_batch)
+
+    async def resign(self, reason: str) -> None:
+        """Stop leading, if leading (``reason``: ``lock lost``, ``error`` or ``stop``)."""
+        lock, self._lock = self._lock, None
+        if lock is None:
+            return
+        if self._events.wants(LeaderLost):
+            self._events.emit(LeaderLost(self._instance_id, reason))
+        await lock.release()
+        with contextlib.suppress(DatabaseError):
+            await self._store.instance_resign(self._instance_id)
