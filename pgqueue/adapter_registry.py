@@ -31,7 +31,6 @@ __all__ = [
     "describe_driver",
     "driver_names",
     "load_adapter",
-    "require_installed",
     "resolve_driver_name",
     "url_without_driver",
 ]
@@ -201,7 +200,7 @@ def describe_driver(url: str | None, driver: str | None) -> str:
     return _declared(name).read_url(url).description
 
 
-def require_installed(name: str) -> None:
+def _require_installed(name: str) -> None:
     """Check that driver ``name``'s libraries can be imported.
 
     Raises :class:`~pgqueue.DriverNotInstalled`, which says what to install, if one cannot.
@@ -219,7 +218,7 @@ def require_installed(name: str) -> None:
 
 def load_adapter(name: str) -> Adapter:
     """Return the adapter of driver ``name``, with an install hint if its library is missing."""
-    require_installed(name)
+    _require_installed(name)
     return _declared(name)
 
 

@@ -3,8 +3,9 @@
 """The psycopg 3 adapter: ``Driver`` on a psycopg ``ConnectionPool`` or connection.
 
 The driver shells: which connection a statement runs on, and in which transaction. What runs
-on a connection (statements, LISTEN, advisory locks, COPY, error translation) is in
-``_async_library``, which the SQLAlchemy adapter shares.
+on a connection (statements, LISTEN, advisory locks, COPY, error translation) is in the
+library module (pgqueue_adapters/psycopg/_async_library.py and its sync twin), which the
+SQLAlchemy adapter shares.
 
 Written once, for asyncio, in pgqueue_adapters/psycopg/_async.py; the sync adapter in
 pgqueue_adapters/psycopg/_sync.py is generated from it.
