@@ -58,20 +58,36 @@ class PgQueueSubject(Subject):
 
     remaining_sql = "SELECT count(*) FROM pgqueue_jobs WHERE status IN ('pending', 'processing')"
 
-    def __init__(self, dsn: str, mode: str) -> None:
+    def __init__(self, dsn: str, mode: str, *, all_events: bool = False) -> None:
         super().__init__(dsn)
         self.mode = mode
         self.name = f"pgqueue/{mode}"
         self.driver, scheme, self.is_async = MODES[mode]
         self.url = _url(dsn, scheme)
+        self.all_events = all_events
+        self.events_seen = 0
+
+    def _subscribe(self, client: Any) -> Any:
+        # "+events": one more subscriber, to every event: what the seam costs when in use
+        if self.all_events:
+
+            def count(event: object) -> None:
+                self.events_seen += 1
+
+            client.events.subscribe(count)
+        return client
 
     # -- helpers --------------------------------------------------------------------------
 
-    def _async_client(self) -> Any:
-        return pgqueue.AsyncClient.connect(self.url, driver=self.driver, registry=ASYNC_REGISTRY)
+    async def _async_client(self) -> Any:
+        client = await pgqueue.AsyncClient.connect(
+            self.url, driver=self.driver, registry=ASYNC_REGISTRY
+        )
+        return self._subscribe(client)
 
     def _sync_client(self) -> pgqueue.Client:
-        return pgqueue.Client.connect(self.url, driver=self.driver, registry=SYNC_REGISTRY)
+        client = pgqueue.Client.connect(self.url, driver=self.driver, registry=SYNC_REGISTRY)
+        return self._subscribe(client)  # type: ignore[no-any-return]
 
     def _sql(self, statement: str) -> list[Any]:
         # Setup and bookkeeping go through psycopg whatever the mode: not measured.

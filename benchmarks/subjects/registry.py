@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 from .base import Subject
 
 PGQUEUE_MODES = ("asyncpg", "psycopg-async", "psycopg-sync", "sqlalchemy-async", "sqlalchemy-sync")
@@ -9,12 +12,37 @@ PEERS = ("pgqueuer", "procrastinate")
 ALL = (*PEERS, *(f"pgqueue/{m}" for m in PGQUEUE_MODES))
 
 
+BASE_ENV = "PGQUEUE_BENCH_BASE"
+
+
 def make_subject(spec: str, dsn: str) -> Subject:
-    """Build the subject named ``spec`` ("pgqueuer", "procrastinate", "pgqueue/<mode>")."""
-    if spec.startswith("pgqueue/"):
+    """Build the subject named ``spec`` ("pgqueuer", "procrastinate", "pgqueue/<mode>").
+
+    Variants of pgqueue, for before/after comparisons in one interleaved run:
+
+    - ``pgqueue-base/<mode>``: the pgqueue of another source tree, ``$PGQUEUE_BENCH_BASE``
+      (e.g. ``git worktree add ../base <commit>``), imported ahead of this one;
+    - ``pgqueue/<mode>+events``: this pgqueue with a subscriber to every event of
+      ``pgqueue.events`` (the cost of the events seam in use; plain ``pgqueue/<mode>`` has
+      only the default log subscriber).
+    """
+    family, _, mode = spec.partition("/")
+    if family == "pgqueue-base":
+        base = os.environ.get(BASE_ENV)
+        if not base:
+            raise SystemExit(
+                f"{spec} needs ${BASE_ENV}: the path of a pgqueue source tree to compare with "
+                "(git worktree add ../base <commit>)"
+            )
+        if "pgqueue" not in sys.modules:
+            sys.path.insert(0, base)
+    if family in ("pgqueue", "pgqueue-base"):
         from .pgqueue_subject import PgQueueSubject
 
-        return PgQueueSubject(dsn, spec.split("/", 1)[1])
+        mode, plus, extra = mode.partition("+")
+        subject = PgQueueSubject(dsn, mode, all_events=plus and extra == "events")
+        subject.name = spec
+        return subject
     if spec == "pgqueuer":
         from .pgqueuer_subject import PgQueuerSubject
 
