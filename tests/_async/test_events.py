@@ -23,6 +23,8 @@ from pgqueue.events import (
     JobStarted,
     LeaderGained,
     LeaderLost,
+    ListenerLost,
+    ListenerReconnected,
     WorkerStarted,
     WorkerStopped,
 )
@@ -198,6 +200,33 @@ async def test_the_jobs_of_a_dead_instance_are_announced_rescued(
     # and the rescued job runs again, here
     await wait_until(lambda: seen.of(JobFinished, id=job_id), what="ran again")
     assert [(e.attempt, e.outcome) for e in seen.of(JobFinished, id=job_id)] == [(2, "completed")]
+
+
+async def test_a_lost_listener_is_announced_and_so_is_its_return(
+    worker: pgqueue.AsyncClient, db: Any
+) -> None:
+    seen = Recorder()
+    worker.events.subscribe(seen, ListenerLost, ListenerReconnected)
+    config = pgqueue.RuntimeConfig(
+        poll_interval=30, heartbeat_interval=5, rescue_after=30, listener_reconnect_max=0.5
+    )
+    await worker.start(config=config)
+    assert worker.runtime is not None
+    instance = worker.runtime.instance_id
+    listening = "SELECT pid FROM pg_stat_activity WHERE query = $1 AND datname = current_database()"
+    query = f'LISTEN "{worker.settings.channel}"'
+    (pid,) = (await wait_until(lambda: db.rows(listening, (query,)), what="listening"))[0]
+    assert not seen.events  # the first connection is no reconnection
+    db.value("SELECT pg_terminate_backend($1)", (pid,))
+    await wait_until(lambda: seen.of(ListenerReconnected), what="listening again")
+    lost = seen.of(ListenerLost)
+    assert lost
+    assert all(e.instance_id == instance and e.error for e in lost)
+    assert 0 < lost[0].retry_in <= 0.5 * 1.2
+    (back,) = seen.of(ListenerReconnected)
+    assert back.instance_id == instance
+    assert back.down_for >= lost[0].retry_in * 0.9
+    assert isinstance(seen.events[-1], ListenerReconnected)
 
 
 async def test_a_subscriber_that_raises_does_not_stop_the_jobs(
