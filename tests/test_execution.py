@@ -61,9 +61,7 @@ def test_claim_rows_split_off_the_next_due_row() -> None:
     (claimed,) = claim.jobs
     assert (claimed.id, claimed.queue, claimed.job_id, claimed.attempt) == (7, "q", "key-7", 1)
     assert (claimed.timeout, claimed.backoff, claimed.options_error) == (None, None, None)
-    (with_options,) = claim_decode(
-        [(*job[:6], '{"timeout":1.5}', *job[7:])], "lease", "q"
-    ).jobs
+    (with_options,) = claim_decode([(*job[:6], '{"timeout":1.5}', *job[7:])], "lease", "q").jobs
     assert with_options.timeout == 1.5
 
 
