@@ -241,7 +241,8 @@ def test_worker_driver_precedence(
 
 def test_driver_help_states_the_precedence() -> None:
     result = run(["worker", "--help"], clean_env())
-    text = " ".join(result.stdout.split())
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.replace("\u2502", " ").split())  # without the help's frame
     assert (
         "default: the driver a postgresql+<driver>:// URL names, else $PGQUEUE_DRIVER, else "
         "psycopg" in text

@@ -214,10 +214,8 @@ def test_cli_sql_rejects_a_bad_schema(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_cli_without_a_command_exits_with_usage(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as info:
-        main([])
-    assert info.value.code == 2
-    assert "usage: pgqueue" in capsys.readouterr().err
+    assert main([]) == 2
+    assert "Usage: pgqueue" in capsys.readouterr().err
 
 
 def test_cli_sql_options(capsys: pytest.CaptureFixture[str]) -> None:

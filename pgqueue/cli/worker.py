@@ -1,0 +1,381 @@
+"""``pgqueue worker``: run the jobs of a registry until SIGTERM or SIGINT.
+
+The sync runtime runs on :class:`~pgqueue.Client`; the asyncio runtime (``--asyncio``, and always
+with an asyncio-only driver) on :class:`~pgqueue.AsyncClient`, on an event loop of its own. Both
+stop gracefully on the first signal and at once on the second, and neither lets a job that
+ignores its cancellation hold up the exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from types import FrameType
+from typing import Annotated, Any, Protocol
+
+import typer
+
+from .. import ConfigurationError, RuntimeConfig, WorkerRegistry
+from ._common import (
+    DEFAULT_SETTINGS,
+    DriverOption,
+    DsnOption,
+    PassThrough,
+    PrefixOption,
+    SchemaOption,
+    Target,
+)
+
+__all__ = ["WorkerOptions", "load_registry", "parse_queues", "run_worker", "worker"]
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+RUNTIME_PANEL = "Runtime (seconds)"
+
+_DEFAULTS = RuntimeConfig()
+
+
+def _seconds(text: str) -> float:
+    # The message of the argparse command this replaced, which scripts and tests may match.
+    try:
+        return float(text)
+    except ValueError:
+        raise typer.BadParameter(f"invalid float value: {text!r}") from None
+
+
+def _log_level(text: str) -> str:
+    level = text.upper()
+    if level not in LOG_LEVELS:
+        raise typer.BadParameter(f"invalid choice: {text!r} (choose from {', '.join(LOG_LEVELS)})")
+    return level
+
+
+# The RuntimeConfig settings the command takes (the others keep their defaults), and their help.
+_RUNTIME_HELP = {
+    "poll_interval": "how often an idle queue checks for due jobs without a notification",
+    "heartbeat_interval": "how often this process proves it is alive",
+    "rescue_after": "a process silent this long is presumed dead; its jobs are rescued",
+    "leader_interval": "how often the leader runs its duties",
+    "shutdown_timeout": "how long running jobs may finish after the first signal",
+    "listener_reconnect_max": "cap of the backoff between LISTEN reconnect attempts",
+}
+
+
+def _seconds_option(name: str) -> Any:
+    return typer.Option(
+        "--" + name.replace("_", "-"),
+        envvar="PGQUEUE_" + name.upper(),
+        parser=_seconds,
+        metavar="SECONDS",
+        help=f"{_RUNTIME_HELP[name]} (RuntimeConfig.{name})",
+        rich_help_panel=RUNTIME_PANEL,
+    )
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """What ``pgqueue worker`` was asked to run, as parsed from its options and environment."""
+
+    target: Target
+    registry: str
+    queues: str
+    migrate: bool
+    use_asyncio: bool
+    log_level: str
+    config: RuntimeConfig
+
+
+def worker(
+    registry: Annotated[
+        str,
+        typer.Argument(
+            metavar="MODULE:REGISTRY",
+            help="import path of a WorkerRegistry, e.g. myapp.jobs:registry",
+            show_default=False,
+        ),
+    ],
+    queues: Annotated[
+        str,
+        typer.Option(
+            "--queues",
+            envvar="PGQUEUE_QUEUES",
+            metavar="QUEUES",
+            help="queues and their concurrency, e.g. default=10,emails=2",
+        ),
+    ] = "default=10",
+    migrate: Annotated[
+        bool,
+        typer.Option(
+            "--migrate", envvar="PGQUEUE_MIGRATE", help="apply pending migrations before starting"
+        ),
+    ] = False,
+    use_asyncio: Annotated[
+        bool,
+        typer.Option(
+            "--asyncio",
+            envvar="PGQUEUE_ASYNCIO",
+            help="run the asyncio runtime (async jobs on the event loop, sync ones on threads); "
+            "always on with an asyncio-only driver",
+        ),
+    ] = False,
+    log_level: Annotated[
+        str,
+        typer.Option(
+            "--log-level",
+            envvar="PGQUEUE_LOG_LEVEL",
+            parser=_log_level,
+            metavar="LEVEL",
+            help=f"logging level: {', '.join(LOG_LEVELS)}",
+        ),
+    ] = "INFO",
+    dsn: DsnOption = None,
+    driver: DriverOption = None,
+    schema: SchemaOption = DEFAULT_SETTINGS.schema,
+    prefix: PrefixOption = DEFAULT_SETTINGS.prefix,
+    poll_interval: Annotated[float, _seconds_option("poll_interval")] = _DEFAULTS.poll_interval,
+    heartbeat_interval: Annotated[
+        float, _seconds_option("heartbeat_interval")
+    ] = _DEFAULTS.heartbeat_interval,
+    rescue_after: Annotated[float, _seconds_option("rescue_after")] = _DEFAULTS.rescue_after,
+    leader_interval: Annotated[
+        float, _seconds_option("leader_interval")
+    ] = _DEFAULTS.leader_interval,
+    shutdown_timeout: Annotated[
+        float, _seconds_option("shutdown_timeout")
+    ] = _DEFAULTS.shutdown_timeout,
+    listener_reconnect_max: Annotated[
+        float, _seconds_option("listener_reconnect_max")
+    ] = _DEFAULTS.listener_reconnect_max,
+) -> None:
+    """Run the jobs of a registry until SIGTERM or SIGINT.
+
+    The first signal stops gracefully: running jobs get --shutdown-timeout seconds.
+
+    A second signal stops at once, handing running jobs back without charging an attempt.
+    """
+    options = WorkerOptions(
+        target=Target.from_options(dsn, driver, schema, prefix),
+        registry=registry,
+        queues=queues,
+        migrate=migrate,
+        use_asyncio=use_asyncio,
+        log_level=log_level,
+        config=RuntimeConfig(
+            poll_interval=poll_interval,
+            heartbeat_interval=heartbeat_interval,
+            rescue_after=rescue_after,
+            leader_interval=leader_interval,
+            shutdown_timeout=shutdown_timeout,
+            listener_reconnect_max=listener_reconnect_max,
+        ),
+    )
+    try:
+        code = run_worker(options)
+    except (KeyboardInterrupt, SystemExit) as exc:
+        # a job's, or Ctrl-C before the handlers are in: it ends the process, uncaught
+        raise PassThrough(exc) from None
+    if code:
+        raise typer.Exit(code)
+
+
+def parse_queues(text: str) -> dict[str, int]:
+    """Parse ``default=10,emails=2`` into ``{"default": 10, "emails": 2}``."""
+    queues: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, count = part.partition("=")
+        try:
+            queues[name.strip()] = int(count) if sep else 1
+        except ValueError:
+            raise ConfigurationError(
+                f"bad --queues entry {part!r}: write name=concurrency, e.g. default=10"
+            ) from None
+    if not queues:
+        raise ConfigurationError("--queues is empty: give at least one, e.g. default=10")
+    return queues
+
+
+def load_registry(path: str) -> WorkerRegistry:
+    """Import ``module:attribute`` and return it if it is a WorkerRegistry."""
+    module_name, sep, attribute = path.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ConfigurationError(f"registry {path!r}: write it as module:attribute")
+    # Like other runners, look in the current directory first.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"cannot import {module_name!r}: {exc}") from exc
+    found = sorted(k for k, v in vars(module).items() if isinstance(v, WorkerRegistry))
+    hint = f" (its WorkerRegistry objects: {', '.join(found)})" if found else ""
+    if not hasattr(module, attribute):
+        raise ConfigurationError(
+            f"module {module_name!r} has no attribute {attribute!r}{hint}: "
+            "write the registry as module:attribute"
+        )
+    registry = getattr(module, attribute)
+    if not isinstance(registry, WorkerRegistry):
+        raise ConfigurationError(
+            f"{path} is a {type(registry).__name__}, not a pgqueue.WorkerRegistry{hint}"
+        )
+    return registry
+
+
+def run_worker(options: WorkerOptions) -> int:
+    """Run the worker ``options`` describe until it is stopped; return the exit status."""
+    logging.basicConfig(
+        level=options.log_level,
+        format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s",
+    )
+    registry = load_registry(options.registry)
+    queues = parse_queues(options.queues)
+    if options.use_asyncio or options.target.asyncio_only:
+        return _run_asyncio(_run_worker_async(options, registry, queues))
+    # The handlers go in first: a signal while connecting or starting is kept for the runtime.
+    stopper = _Stopper()
+    signal.signal(signal.SIGTERM, stopper.on_signal)
+    signal.signal(signal.SIGINT, stopper.on_signal)
+    with options.target.connect(registry) as c:
+        if options.migrate:
+            c.migrate()
+        c.start(queues, config=options.config)
+        _log_started(options, queues, registry, "sync")
+        runtime = c.runtime
+        assert runtime is not None
+        stopper.attach(runtime)
+        while not runtime.wait_stopping(0.5):
+            pass
+        c.stop(0.0 if stopper.signals > 1 or runtime.fatal else None)
+    if runtime.fatal is not None:
+        raise runtime.fatal  # a job's SystemExit or KeyboardInterrupt ends the command
+    if stopper.signals > 1 or runtime.stuck_jobs:
+        # Job threads still running (stuck, or cut off by the second signal) must not hold up
+        # the exit: a thread of a job's own (asyncio.to_thread, a pool) would be joined.
+        _exit_now(0, runtime.stuck_jobs)
+    return 0
+
+
+def _log_started(
+    options: WorkerOptions, queues: dict[str, int], registry: WorkerRegistry, runtime: str
+) -> None:
+    settings = options.target.settings
+    logging.getLogger("pgqueue").info(
+        "worker started (pid %d): driver %s, %s runtime, schema %r, prefix %r, queues %s; "
+        "registry %s with %d kind(s)",
+        os.getpid(),
+        options.target.describe_driver(),
+        runtime,
+        settings.schema,
+        settings.prefix,
+        ",".join(f"{name}={count}" for name, count in queues.items()),
+        options.registry,
+        len(registry.kinds()),
+    )
+
+
+class _Stoppable(Protocol):
+    """What the stopper needs of a runtime, sync or asyncio: to be told to stop."""
+
+    def request_stop(self, *, immediate: bool = False) -> None: ...
+
+
+class _Stopper:
+    """First SIGTERM/SIGINT: stop gracefully; a second one: stop now.
+
+    Installed before the runtime starts: a signal that comes first is passed on at ``attach``.
+    """
+
+    def __init__(self) -> None:
+        self.runtime: _Stoppable | None = None
+        self.signals = 0
+
+    def attach(self, runtime: _Stoppable) -> None:
+        self.runtime = runtime
+        if self.signals:
+            runtime.request_stop(immediate=self.signals > 1)
+
+    def on_signal(self, signum: int, frame: FrameType | None = None) -> None:
+        self.signals += 1
+        name = signal.Signals(signum).name
+        if self.signals == 1:
+            logging.getLogger("pgqueue").info("%s: stopping gracefully", name)
+        else:
+            logging.getLogger("pgqueue").warning("%s again: stopping now", name)
+        if self.runtime is not None:
+            self.runtime.request_stop(immediate=self.signals > 1)
+
+
+async def _run_worker_async(
+    options: WorkerOptions, registry: WorkerRegistry, queues: dict[str, int]
+) -> tuple[int, bool]:
+    # The handlers go in first: a signal while connecting or starting is kept for the runtime.
+    stopper = _Stopper()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopper.on_signal, sig)
+    client = await options.target.connect_async(registry)
+    async with client as c:
+        if options.migrate:
+            await c.migrate()
+        await c.start(queues, config=options.config)
+        _log_started(options, queues, registry, "asyncio")
+        runtime = c.runtime
+        assert runtime is not None
+        stopper.attach(runtime)
+        while not await runtime.wait_stopping(0.5):
+            pass
+        await c.stop(0.0 if stopper.signals > 1 or runtime.fatal else None)
+    if runtime.fatal is not None:
+        raise runtime.fatal  # a job's SystemExit or KeyboardInterrupt ends the command
+    return 0, stopper.signals > 1
+
+
+# After an asyncio worker stopped, how long job tasks still there (a coroutine that swallows
+# its cancellation) get to end before the command exits without them.
+_EXIT_GRACE = 1.0
+
+
+def _run_asyncio(main: Coroutine[Any, Any, tuple[int, bool]]) -> int:
+    """``asyncio.run(main)``, except that job tasks left after a stop cannot hold up the exit.
+
+    ``main`` returns the exit status and whether the stop was immediate (a second signal).
+    ``asyncio.run`` cancels the tasks left at the end and waits for them, for ever if a
+    coroutine job swallows its cancellation: then not even a second SIGTERM would end the
+    process. Here leftover tasks get ``_EXIT_GRACE``, then the process exits without them;
+    after an immediate stop it exits at once, whatever job threads still run.
+    """
+    loop = asyncio.new_event_loop()
+    try:
+        code, immediate = loop.run_until_complete(main)
+        leftover = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in leftover:
+            task.cancel()
+        if leftover:
+            loop.run_until_complete(asyncio.wait(leftover, timeout=_EXIT_GRACE))
+        stuck = sum(not task.done() for task in leftover)
+        if stuck or immediate:
+            _exit_now(code, stuck)
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+    finally:
+        loop.close()
+    return code
+
+
+def _exit_now(code: int, stuck: int) -> None:
+    """Exit the process now, without waiting for job threads or tasks that are still there."""
+    if stuck:
+        logging.getLogger("pgqueue").warning(
+            "exiting with %d job run(s) still going (they ignore cancellation); their jobs "
+            "were recorded or handed back",
+            stuck,
+        )
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
