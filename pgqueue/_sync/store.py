@@ -101,7 +101,7 @@ class Store:
                 f"pgqueue's tables in schema {self.settings.schema!r} (prefix "
                 f"{self.settings.prefix!r}) are missing or older than this version of pgqueue: "
                 "run client.migrate() or `pgqueue migrate` (or `pgqueue worker --migrate`) "
-                f"first ({exc})",
+                f"first ({str(exc).splitlines()[0] if str(exc) else exc.sqlstate})",
                 exc.sqlstate,
             )
         if exc.sqlstate == "23505" and exc.constraint_name == self.settings.prefix + "jobs_key_idx":
