@@ -1,5 +1,6 @@
-"""The ``pgqueue`` command's shape, without a database: its commands, ``--version``, usage
-errors, and option defaults from the environment (the CLI library reads them)."""
+"""The ``pgqueue`` command's shape, without a database: its commands, ``--version``, shell
+completion, usage errors, exit statuses, and option defaults from the environment (the CLI
+library reads them)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,19 @@ import importlib.metadata
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 import pgqueue
 from pgqueue.cli import main
+from pgqueue.cli import schema as schema_command
 from pgqueue.cli import worker as worker_command
 from pgqueue.cli.worker import WorkerOptions
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMANDS = ("sql", "migrate", "worker", "demo")
+COMMANDS = ("sql", "migrate", "worker", "demo", "completion")
 RUNTIME_OPTIONS = {
     "--poll-interval": "PGQUEUE_POLL_INTERVAL",
     "--heartbeat-interval": "PGQUEUE_HEARTBEAT_INTERVAL",
@@ -25,6 +28,8 @@ RUNTIME_OPTIONS = {
     "--leader-interval": "PGQUEUE_LEADER_INTERVAL",
     "--shutdown-timeout": "PGQUEUE_SHUTDOWN_TIMEOUT",
     "--listener-reconnect-max": "PGQUEUE_LISTENER_RECONNECT_MAX",
+    "--claim-retry-max": "PGQUEUE_CLAIM_RETRY_MAX",
+    "--outcome-retry-max": "PGQUEUE_OUTCOME_RETRY_MAX",
 }
 
 
@@ -73,8 +78,79 @@ def test_help_lists_the_commands_and_what_the_library_adds() -> None:
     for command in COMMANDS:
         assert f" {command} " in result.stdout, command
     assert "run jobs until SIGTERM/SIGINT" in result.stdout
-    for option in ("--version", "--install-completion", "--show-completion", "--help"):
+    assert "print the shell's tab completion script" in result.stdout
+    for option in ("--version", "--help"):
         assert option in result.stdout, option
+
+
+def test_help_is_quick() -> None:
+    # The help is what a user runs first, and completion runs the command at every <Tab>.
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "pgqueue", "worker", "--help"],
+        cwd=ROOT,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 5.0
+
+
+def complete(words: str, shell: str = "bash") -> str:
+    """What ``pgqueue`` answers a shell completing ``words`` (its script asks the same way)."""
+    parts = words.split(" ")
+    env = {
+        **clean_env(),
+        "_PGQUEUE_COMPLETE": f"{shell}_complete",
+        "COMP_WORDS": words,
+        "COMP_CWORD": str(len(parts) - 1),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "pgqueue"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_shell_completion_completes_commands_options_and_values() -> None:
+    assert complete("pgqueue wor").split() == ["plain,worker"]
+    assert "plain,--poll-interval" in complete("pgqueue worker --poll").split()
+    assert complete("pgqueue worker app:registry --log-level d").split() == ["plain,DEBUG"]
+    assert complete("pgqueue completion ").split() == ["plain,bash", "plain,zsh", "plain,fish"]
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_completion_prints_the_script_that_asks_pgqueue(
+    shell: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["completion", shell]) == 0
+    script = capsys.readouterr().out
+    assert f"_PGQUEUE_COMPLETE={shell}_complete" in script
+    # the script click itself prints for the variable (docs/jobs.md says so)
+    result = subprocess.run(
+        [sys.executable, "-m", "pgqueue"],
+        cwd=ROOT,
+        env={**clean_env(), "_PGQUEUE_COMPLETE": f"{shell}_source"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == script
+
+
+def test_completion_of_an_unknown_shell_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["completion", "tcsh"]) == 2
+    assert "Usage: pgqueue completion" in capsys.readouterr().err
 
 
 def test_worker_help_lists_every_runtime_option_and_its_variable(
@@ -142,6 +218,8 @@ def test_worker_options_come_from_the_environment(
     monkeypatch.setenv("PGQUEUE_QUEUES", "default=3,emails=1")
     monkeypatch.setenv("PGQUEUE_POLL_INTERVAL", "0.25")
     monkeypatch.setenv("PGQUEUE_SHUTDOWN_TIMEOUT", "7")
+    monkeypatch.setenv("PGQUEUE_CLAIM_RETRY_MAX", "11")
+    monkeypatch.setenv("PGQUEUE_OUTCOME_RETRY_MAX", "12.5")
     monkeypatch.setenv("PGQUEUE_MIGRATE", "yes")
     monkeypatch.setenv("PGQUEUE_ASYNCIO", "1")
     monkeypatch.setenv("PGQUEUE_LOG_LEVEL", "debug")
@@ -154,6 +232,8 @@ def test_worker_options_come_from_the_environment(
     assert options.queues == "default=3,emails=1"
     assert options.config.poll_interval == 0.25
     assert options.config.shutdown_timeout == 7.0
+    assert options.config.claim_retry_max == 11.0
+    assert options.config.outcome_retry_max == 12.5
     assert options.config.heartbeat_interval == pgqueue.RuntimeConfig().heartbeat_interval
     assert (options.migrate, options.use_asyncio, options.log_level) == (True, True, "DEBUG")
     assert options.target.url == "postgresql://fallback/db"
@@ -213,3 +293,61 @@ def test_a_pgqueue_error_is_one_line_and_status_1(
     captured = capsys.readouterr()
     assert captured.err.startswith("pgqueue: error: unknown driver 'nosuch'"), captured.err
     assert captured.err.count("\n") == 1
+
+
+def test_an_empty_variable_counts_as_unset(
+    parsed_worker: list[WorkerOptions], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PGQUEUE_DSN", "")
+    monkeypatch.setenv("DATABASE_URL", "postgresql://fallback/db")
+    for variable in ("PGQUEUE_POLL_INTERVAL", "PGQUEUE_QUEUES", "PGQUEUE_MIGRATE"):
+        monkeypatch.setenv(variable, "")
+    assert main(["worker", "app.jobs:registry"]) == 0
+    (options,) = parsed_worker
+    assert options.target.url == "postgresql://fallback/db"
+    assert options.config == pgqueue.RuntimeConfig()
+    assert (options.queues, options.migrate) == ("default=10", False)
+
+
+def test_every_runtime_option_reaches_the_runtime_config(
+    parsed_worker: list[WorkerOptions],
+) -> None:
+    # a value of its own for each (a heartbeat short enough for RuntimeConfig's rescue check)
+    values = {option: 100 + n for n, option in enumerate(RUNTIME_OPTIONS)}
+    values["--heartbeat-interval"] = 1.5
+    argv = ["worker", "app.jobs:registry"]
+    for option, value in values.items():
+        argv += [option, str(value)]
+    assert main(argv) == 0
+    (options,) = parsed_worker
+    for option, value in values.items():
+        name = option.removeprefix("--").replace("-", "_")
+        assert getattr(options.config, name) == value, name
+
+
+def test_ctrl_c_in_a_command_is_status_130(
+    no_pgqueue_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(*args: object, **kwargs: object) -> str:
+        raise KeyboardInterrupt
+
+    no_pgqueue_env.setattr(schema_command, "migrations_script", interrupted)
+    assert main(["sql"]) == 130
+    assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "error", [KeyboardInterrupt(), SystemExit(3)], ids=["KeyboardInterrupt", "SystemExit"]
+)
+def test_a_jobs_keyboard_interrupt_or_system_exit_leaves_main_uncaught(
+    error: BaseException, no_pgqueue_env: pytest.MonkeyPatch
+) -> None:
+    # run_worker raises again the KeyboardInterrupt or SystemExit a job raised: it must end the
+    # process as it would without the CLI library (killed by SIGINT; SystemExit's status).
+    def job_ends_the_process(options: WorkerOptions) -> int:
+        raise error
+
+    no_pgqueue_env.setattr(worker_command, "run_worker", job_ends_the_process)
+    with pytest.raises(type(error)) as raised:
+        main(["worker", "app.jobs:registry"])
+    assert raised.value is error

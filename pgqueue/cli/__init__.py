@@ -1,13 +1,13 @@
-"""The ``pgqueue`` command line: ``sql``, ``migrate``, ``worker`` and ``demo``.
+"""The ``pgqueue`` command line: ``sql``, ``migrate``, ``worker``, ``demo`` and ``completion``.
 
-Built on typer: each command is a function whose parameters are its options, each option names
-its environment variable (``PGQUEUE_DSN`` or ``DATABASE_URL``, ``PGQUEUE_SCHEMA``,
-``PGQUEUE_QUEUES``, ``PGQUEUE_POLL_INTERVAL``, ...), and typer gives ``--help`` (coloured when
-rich can), ``--version`` and shell completion. One module per command group (``schema``:
-``sql`` and ``migrate``; ``worker``; ``demo``); ``_common`` is the one place that resolves the
-database URL, the driver and the schema, and connects the right client. This package uses only
-pgqueue's public names, and the adapter registry to ask which drivers exist and which of them
-run only under asyncio.
+Built on click, with help drawn by rich-click: each option declares its environment variable
+(``PGQUEUE_DSN`` or ``DATABASE_URL``, ``PGQUEUE_SCHEMA``, ``PGQUEUE_QUEUES``,
+``PGQUEUE_POLL_INTERVAL``, ...) where its default and help are, and click gives ``--version``
+and shell completion, rich-click the coloured ``--help``. One module per command group
+(``schema``: ``sql`` and ``migrate``; ``worker``; ``demo``; ``completion``); ``_common`` is the
+one place that resolves the database URL, the driver and the schema, and connects the right
+client. This package uses only pgqueue's public names, and the adapter registry to ask which
+drivers exist and which of them run only under asyncio.
 """
 
 from __future__ import annotations
@@ -15,32 +15,18 @@ from __future__ import annotations
 import importlib.metadata
 import sys
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Any
 
-import typer
+import rich_click as click
 
 from .. import PgQueueError, __version__
-from . import demo, schema, worker
+from . import completion, demo, schema, worker
 from ._common import PassThrough
 
-__all__ = ["app", "main"]
+__all__ = ["app", "installed_version", "main"]
 
-app = typer.Typer(
-    name="pgqueue",
-    context_settings={"help_option_names": ["-h", "--help"]},
-    # A crash keeps Python's own traceback: worker logs are files, not terminals.
-    pretty_exceptions_enable=False,
-)
-"""The ``pgqueue`` typer application; :func:`main` runs it."""
-
-app.command("sql", short_help="print the SQL that creates pgqueue's schema, without connecting")(
-    schema.sql
-)
-app.command("migrate", short_help="create or upgrade pgqueue's tables")(schema.migrate)
-app.command("worker", short_help="run jobs until SIGTERM/SIGINT")(worker.worker)
-app.command("demo", short_help="run a live demo: real jobs on a real (or throwaway) PostgreSQL")(
-    demo.demo
-)
+# Status of a command ended by Ctrl-C (128 + SIGINT), as a shell reports it.
+INTERRUPTED = 130
 
 
 def installed_version() -> str:
@@ -51,28 +37,52 @@ def installed_version() -> str:
         return __version__
 
 
-def _print_version(value: bool) -> None:
-    if value:
-        print(f"pgqueue {installed_version()}")
-        raise typer.Exit()
+class _Root(click.RichGroup):
+    """The ``pgqueue`` group: a command interrupted by Ctrl-C exits with status 130.
+
+    click would print "Aborted!" and exit with 1, which a script cannot tell from a failure.
+    A job's ``KeyboardInterrupt`` in ``worker`` is not one of these: it comes wrapped in
+    :class:`PassThrough` and ends the process.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        # In the order they are added (the order of a first read), not click's alphabetical one.
+        return list(self.commands)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            ctx.exit(INTERRUPTED)
 
 
-@app.callback()
-def _root(
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version",
-            callback=_print_version,
-            is_eager=True,
-            help="print pgqueue's version and exit",
-        ),
-    ] = False,
-) -> None:
+@click.group(
+    "pgqueue",
+    cls=_Root,
+    # No command is a usage error (status 2), as it was with argparse; click would show the
+    # help instead (and exit 0 before click 8.2).
+    no_args_is_help=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.version_option(
+    installed_version(),
+    "--version",
+    prog_name="pgqueue",
+    message="%(prog)s %(version)s",
+    help="print pgqueue's version and exit",
+)
+def app() -> None:
     """PostgreSQL-backed background jobs for Python.
 
     Every option can also be set in the environment: each command's --help names the variable.
     """
+
+
+app.add_command(schema.sql)
+app.add_command(schema.migrate)
+app.add_command(worker.worker)
+app.add_command(demo.demo)
+app.add_command(completion.completion)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -83,9 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``SystemExit`` or ``KeyboardInterrupt`` in ``worker`` is raised again, uncaught.
     """
     try:
-        # Standalone mode: typer prints usage errors and help itself, and always ends in
+        # Standalone mode: click prints usage errors and help itself (rich-click draws them),
+        # answers shell completion requests ($_PGQUEUE_COMPLETE), and always ends in
         # SystemExit, whose code is the status.
-        app(args=None if argv is None else list(argv), prog_name="pgqueue")
+        app.main(args=None if argv is None else list(argv), prog_name="pgqueue")
     except PgQueueError as exc:
         print(f"pgqueue: error: {exc}", file=sys.stderr)
         return 1

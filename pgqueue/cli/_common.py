@@ -13,24 +13,27 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, TypeVar
+from typing import Any, TypeVar
 
-import typer
+import rich_click as click
 
 from .. import AsyncClient, Client, Settings, WorkerRegistry
 from ..adapter_registry import DRIVER_ENV_VAR, asyncio_only, describe_driver, driver_names
 
 __all__ = [
     "DEFAULT_SETTINGS",
-    "DriverOption",
-    "DsnOption",
     "PassThrough",
-    "PrefixOption",
-    "SchemaOption",
     "Target",
+    "driver_option",
+    "dsn_option",
+    "help_panels",
+    "prefix_option",
+    "schema_option",
+    "target_options",
 ]
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_SETTINGS = Settings()
 """Where the tables are when neither an option nor the environment says: for the defaults."""
@@ -40,68 +43,87 @@ DATABASE_PANEL = "Database"
 # Named from the registry, not by hand: a new asyncio-only driver shows up here by itself.
 _ASYNCIO_ONLY = [name for name in driver_names() if asyncio_only(None, name)]
 
-DsnOption = Annotated[
-    str | None,
-    typer.Option(
-        "--dsn",
-        metavar="URL",
-        envvar=["PGQUEUE_DSN", "DATABASE_URL"],
-        help="database URL, e.g. postgresql://user@localhost/app",
-        show_default=False,
-        rich_help_panel=DATABASE_PANEL,
-    ),
-]
+dsn_option = click.option(
+    "--dsn",
+    metavar="URL",
+    envvar=["PGQUEUE_DSN", "DATABASE_URL"],
+    show_envvar=True,
+    help="database URL, e.g. postgresql://user@localhost/app",
+    panel=DATABASE_PANEL,
+)
 """``--dsn``: the database URL; default ``$PGQUEUE_DSN``, then ``$DATABASE_URL``."""
 
-DriverOption = Annotated[
-    str | None,
-    typer.Option(
-        "--driver",
-        metavar="NAME",
-        # No envvar=: $PGQUEUE_DRIVER comes after the URL's scheme (resolve_driver_name reads it
-        # then), so the command follows the same rule as connect().
-        help=(
-            f"database driver: {', '.join(driver_names())}; an asyncio-only one "
-            f"({', '.join(_ASYNCIO_ONLY)}) runs the command on the asyncio client (default: the "
-            f"driver a postgresql+<driver>:// URL names, else ${DRIVER_ENV_VAR}, else psycopg)"
-        ),
-        show_default=False,
-        rich_help_panel=DATABASE_PANEL,
+driver_option = click.option(
+    "--driver",
+    metavar="NAME",
+    # No envvar=: $PGQUEUE_DRIVER comes after the URL's scheme (resolve_driver_name reads it
+    # then), so the command follows the same rule as connect().
+    help=(
+        f"database driver: {', '.join(driver_names())}; an asyncio-only one "
+        f"({', '.join(_ASYNCIO_ONLY)}) runs the command on the asyncio client (default: the "
+        f"driver a postgresql+<driver>:// URL names, else ${DRIVER_ENV_VAR}, else psycopg)"
     ),
-]
+    panel=DATABASE_PANEL,
+)
 """``--driver``: the driver by name; precedence as in :func:`pgqueue.Client.connect`."""
 
-SchemaOption = Annotated[
-    str,
-    typer.Option(
-        "--schema",
-        metavar="NAME",
-        envvar="PGQUEUE_SCHEMA",
-        help="schema of pgqueue's tables",
-        rich_help_panel=DATABASE_PANEL,
-    ),
-]
+schema_option = click.option(
+    "--schema",
+    metavar="NAME",
+    default=DEFAULT_SETTINGS.schema,
+    show_default=True,
+    envvar="PGQUEUE_SCHEMA",
+    show_envvar=True,
+    help="schema of pgqueue's tables",
+    panel=DATABASE_PANEL,
+)
 """``--schema``: the schema of pgqueue's tables (``$PGQUEUE_SCHEMA``)."""
 
-PrefixOption = Annotated[
-    str,
-    typer.Option(
-        "--prefix",
-        metavar="PREFIX",
-        envvar="PGQUEUE_PREFIX",
-        help="prefix of pgqueue's table names",
-        rich_help_panel=DATABASE_PANEL,
-    ),
-]
+prefix_option = click.option(
+    "--prefix",
+    metavar="PREFIX",
+    default=DEFAULT_SETTINGS.prefix,
+    show_default=True,
+    envvar="PGQUEUE_PREFIX",
+    show_envvar=True,
+    help="prefix of pgqueue's table names",
+    panel=DATABASE_PANEL,
+)
 """``--prefix``: the prefix of pgqueue's table names (``$PGQUEUE_PREFIX``)."""
 
 
+def help_panels(*extra: str) -> Callable[[F], F]:
+    """Order the panels of a command's ``--help``: arguments, options, database, ``extra``.
+
+    rich-click would put the panels without a name of ours (arguments, options) last.
+    """
+
+    def decorate(command: F) -> F:
+        for name in reversed(("Arguments", "Options", DATABASE_PANEL, *extra)):
+            command = click.option_panel(name)(command)
+        return command
+
+    return decorate
+
+
+def target_options(command: F) -> F:
+    """Add ``--dsn``, ``--driver``, ``--schema`` and ``--prefix`` to a command, in that order.
+
+    The command takes them as the keyword arguments ``dsn``, ``driver``, ``schema`` and
+    ``prefix``, the arguments of :meth:`Target.from_options`.
+    """
+    for option in (prefix_option, schema_option, driver_option, dsn_option):
+        command = option(command)
+    return command
+
+
 class PassThrough(BaseException):
-    """Carries a ``KeyboardInterrupt`` or ``SystemExit`` past typer to :func:`pgqueue.cli.main`.
+    """Carries a ``KeyboardInterrupt`` or ``SystemExit`` past click to :func:`pgqueue.cli.main`.
 
     ``main`` raises ``error`` again, so that it ends the process as it would without the CLI
-    library: typer would turn a ``KeyboardInterrupt`` (a job's, re-raised by the worker) into
-    exit status 130, where the process must die of SIGINT as after an uncaught one.
+    library: click would turn a ``KeyboardInterrupt`` (a job's, re-raised by the worker) into
+    "Aborted!" and exit status 1 (and :func:`pgqueue.cli.main` an interrupted command into
+    130), where the process must die of SIGINT as after an uncaught one.
     """
 
     def __init__(self, error: KeyboardInterrupt | SystemExit) -> None:

@@ -24,9 +24,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from types import FrameType
-from typing import Annotated, Any
+from typing import Any
 
-import typer
+import rich_click as click
 
 from .. import (
     AsyncClient,
@@ -40,18 +40,25 @@ from .. import (
     Worker,
     WorkerRegistry,
 )
-from ._common import DriverOption, DsnOption, Target
+from ._common import Target, driver_option, dsn_option, help_panels
 
 __all__ = ["demo", "run_demo"]
 
 
-def demo(
-    dsn: DsnOption = None,
-    driver: DriverOption = None,
-    jobs: Annotated[
-        int, typer.Option("--jobs", metavar="N", help="how many jobs (at least 10)")
-    ] = 300,
-) -> None:
+@click.command("demo", short_help="run a live demo: real jobs on a real (or throwaway) PostgreSQL")
+@help_panels()
+@dsn_option
+@driver_option
+@click.option(
+    "--jobs",
+    metavar="N",
+    type=int,
+    default=300,
+    show_default=True,
+    help="how many jobs (at least 10)",
+)
+@click.pass_context
+def demo(ctx: click.Context, dsn: str | None, driver: str | None, jobs: int) -> None:
     """Run a live demo: a few hundred jobs of several kinds, run with live progress.
 
     On a database it works in a new schema of its own, which it drops at the end.
@@ -60,7 +67,7 @@ def demo(
     """
     code = run_demo(dsn=dsn, driver=driver, jobs=jobs)
     if code:
-        raise typer.Exit(code)
+        ctx.exit(code)
 
 
 @dataclass

@@ -9,6 +9,7 @@ ignores its cancellation hold up the exit.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import logging
 import os
@@ -17,20 +18,12 @@ import sys
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from types import FrameType
-from typing import Annotated, Any, Protocol
+from typing import Any, Protocol
 
-import typer
+import rich_click as click
 
 from .. import ConfigurationError, RuntimeConfig, WorkerRegistry
-from ._common import (
-    DEFAULT_SETTINGS,
-    DriverOption,
-    DsnOption,
-    PassThrough,
-    PrefixOption,
-    SchemaOption,
-    Target,
-)
+from ._common import PassThrough, Target, help_panels, target_options
 
 __all__ = ["WorkerOptions", "load_registry", "parse_queues", "run_worker", "worker"]
 
@@ -40,19 +33,23 @@ RUNTIME_PANEL = "Runtime (seconds)"
 _DEFAULTS = RuntimeConfig()
 
 
-def _seconds(text: str) -> float:
+def _seconds(ctx: click.Context, param: click.Parameter, value: str | float) -> float:
     # The message of the argparse command this replaced, which scripts and tests may match.
     try:
-        return float(text)
+        return float(value)
     except ValueError:
-        raise typer.BadParameter(f"invalid float value: {text!r}") from None
+        raise click.BadParameter(f"invalid float value: {value!r}") from None
 
 
-def _log_level(text: str) -> str:
-    level = text.upper()
+def _log_level(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    level = value.upper()
     if level not in LOG_LEVELS:
-        raise typer.BadParameter(f"invalid choice: {text!r} (choose from {', '.join(LOG_LEVELS)})")
+        raise click.BadParameter(f"invalid choice: {value!r} (choose from {', '.join(LOG_LEVELS)})")
     return level
+
+
+def _complete_log_level(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    return [level for level in LOG_LEVELS if level.startswith(incomplete.upper())]
 
 
 # The RuntimeConfig settings the command takes (the others keep their defaults), and their help.
@@ -63,18 +60,31 @@ _RUNTIME_HELP = {
     "leader_interval": "how often the leader runs its duties",
     "shutdown_timeout": "how long running jobs may finish after the first signal",
     "listener_reconnect_max": "cap of the backoff between LISTEN reconnect attempts",
+    "claim_retry_max": "cap of the backoff between attempts to claim jobs while the database fails",
+    "outcome_retry_max": (
+        "cap of the backoff between attempts to record how jobs ended while the database fails"
+    ),
 }
 
 
-def _seconds_option(name: str) -> Any:
-    return typer.Option(
-        "--" + name.replace("_", "-"),
-        envvar="PGQUEUE_" + name.upper(),
-        parser=_seconds,
-        metavar="SECONDS",
-        help=f"{_RUNTIME_HELP[name]} (RuntimeConfig.{name})",
-        rich_help_panel=RUNTIME_PANEL,
-    )
+def _runtime_options(command: Any) -> Any:
+    # One option per setting, declared from the table above: --poll-interval,
+    # $PGQUEUE_POLL_INTERVAL, RuntimeConfig's default, ... (listed in the table's order).
+    for name in reversed(_RUNTIME_HELP):
+        command = click.option(
+            "--" + name.replace("_", "-"),
+            name,
+            type=str,  # not float: _seconds converts, with its own message
+            callback=_seconds,
+            default=getattr(_DEFAULTS, name),
+            show_default=True,
+            envvar="PGQUEUE_" + name.upper(),
+            show_envvar=True,
+            metavar="SECONDS",
+            help=f"{_RUNTIME_HELP[name]} (RuntimeConfig.{name})",
+            panel=RUNTIME_PANEL,
+        )(command)
+    return command
 
 
 @dataclass(frozen=True)
@@ -90,67 +100,66 @@ class WorkerOptions:
     config: RuntimeConfig
 
 
+@click.command("worker", short_help="run jobs until SIGTERM/SIGINT")
+@help_panels(RUNTIME_PANEL)
+@click.argument(
+    "registry",
+    metavar="MODULE:REGISTRY",
+    required=True,
+    help="import path of a WorkerRegistry, e.g. myapp.jobs:registry",
+)
+@click.option(
+    "--queues",
+    metavar="QUEUES",
+    default="default=10",
+    show_default=True,
+    envvar="PGQUEUE_QUEUES",
+    show_envvar=True,
+    help="queues and their concurrency, e.g. default=10,emails=2",
+)
+@click.option(
+    "--migrate",
+    is_flag=True,
+    envvar="PGQUEUE_MIGRATE",
+    show_envvar=True,
+    help="apply pending migrations before starting",
+)
+@click.option(
+    "--asyncio",
+    "use_asyncio",
+    is_flag=True,
+    envvar="PGQUEUE_ASYNCIO",
+    show_envvar=True,
+    help="run the asyncio runtime (async jobs on the event loop, sync ones on threads); "
+    "always on with an asyncio-only driver",
+)
+@click.option(
+    "--log-level",
+    metavar="LEVEL",
+    callback=_log_level,
+    shell_complete=_complete_log_level,
+    default="INFO",
+    show_default=True,
+    envvar="PGQUEUE_LOG_LEVEL",
+    show_envvar=True,
+    help=f"logging level: {', '.join(LOG_LEVELS)}",
+)
+@target_options
+@_runtime_options
+@click.pass_context
 def worker(
-    registry: Annotated[
-        str,
-        typer.Argument(
-            metavar="MODULE:REGISTRY",
-            help="import path of a WorkerRegistry, e.g. myapp.jobs:registry",
-            show_default=False,
-        ),
-    ],
-    queues: Annotated[
-        str,
-        typer.Option(
-            "--queues",
-            envvar="PGQUEUE_QUEUES",
-            metavar="QUEUES",
-            help="queues and their concurrency, e.g. default=10,emails=2",
-        ),
-    ] = "default=10",
-    migrate: Annotated[
-        bool,
-        typer.Option(
-            "--migrate", envvar="PGQUEUE_MIGRATE", help="apply pending migrations before starting"
-        ),
-    ] = False,
-    use_asyncio: Annotated[
-        bool,
-        typer.Option(
-            "--asyncio",
-            envvar="PGQUEUE_ASYNCIO",
-            help="run the asyncio runtime (async jobs on the event loop, sync ones on threads); "
-            "always on with an asyncio-only driver",
-        ),
-    ] = False,
-    log_level: Annotated[
-        str,
-        typer.Option(
-            "--log-level",
-            envvar="PGQUEUE_LOG_LEVEL",
-            parser=_log_level,
-            metavar="LEVEL",
-            help=f"logging level: {', '.join(LOG_LEVELS)}",
-        ),
-    ] = "INFO",
-    dsn: DsnOption = None,
-    driver: DriverOption = None,
-    schema: SchemaOption = DEFAULT_SETTINGS.schema,
-    prefix: PrefixOption = DEFAULT_SETTINGS.prefix,
-    poll_interval: Annotated[float, _seconds_option("poll_interval")] = _DEFAULTS.poll_interval,
-    heartbeat_interval: Annotated[
-        float, _seconds_option("heartbeat_interval")
-    ] = _DEFAULTS.heartbeat_interval,
-    rescue_after: Annotated[float, _seconds_option("rescue_after")] = _DEFAULTS.rescue_after,
-    leader_interval: Annotated[
-        float, _seconds_option("leader_interval")
-    ] = _DEFAULTS.leader_interval,
-    shutdown_timeout: Annotated[
-        float, _seconds_option("shutdown_timeout")
-    ] = _DEFAULTS.shutdown_timeout,
-    listener_reconnect_max: Annotated[
-        float, _seconds_option("listener_reconnect_max")
-    ] = _DEFAULTS.listener_reconnect_max,
+    ctx: click.Context,
+    /,
+    registry: str,
+    queues: str,
+    migrate: bool,
+    use_asyncio: bool,
+    log_level: str,
+    dsn: str | None,
+    driver: str | None,
+    schema: str,
+    prefix: str,
+    **seconds: Any,
 ) -> None:
     """Run the jobs of a registry until SIGTERM or SIGINT.
 
@@ -165,14 +174,8 @@ def worker(
         migrate=migrate,
         use_asyncio=use_asyncio,
         log_level=log_level,
-        config=RuntimeConfig(
-            poll_interval=poll_interval,
-            heartbeat_interval=heartbeat_interval,
-            rescue_after=rescue_after,
-            leader_interval=leader_interval,
-            shutdown_timeout=shutdown_timeout,
-            listener_reconnect_max=listener_reconnect_max,
-        ),
+        # seconds: one value per _RUNTIME_HELP entry
+        config=dataclasses.replace(_DEFAULTS, **seconds),
     )
     try:
         code = run_worker(options)
@@ -180,7 +183,7 @@ def worker(
         # a job's, or Ctrl-C before the handlers are in: it ends the process, uncaught
         raise PassThrough(exc) from None
     if code:
-        raise typer.Exit(code)
+        ctx.exit(code)
 
 
 def parse_queues(text: str) -> dict[str, int]:
