@@ -229,7 +229,10 @@ class Fleet:
             "heartbeat_interval": HEARTBEAT,
             "rescue_after": RESCUE_AFTER,
             "leader_interval": LEADER_INTERVAL,
+            # every retry loop capped as the bounds of the cases assume
             "listener_reconnect_max": RECONNECT_MAX,
+            "claim_retry_max": RECONNECT_MAX,
+            "outcome_retry_max": RECONNECT_MAX,
             "shutdown_timeout": 10.0,
             **settings,
         }
