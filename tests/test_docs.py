@@ -36,3 +36,17 @@ def test_the_options_table_lists_every_job_option_and_on_conflict() -> None:
 def test_the_handle_table_lists_every_field_of_job_handle() -> None:
     names = table_names("jobs.md", "## The job handle")
     assert names == [f.name for f in dataclasses.fields(pgqueue.JobHandle)]
+
+
+def test_the_events_table_lists_every_event_type() -> None:
+    import pgqueue.events as events
+
+    names = table_names("jobs.md", "## Events")
+    types = {
+        name
+        for name in events.__all__
+        if isinstance(getattr(events, name), type)
+        and issubclass(getattr(events, name), events.Event)
+        and name != "Event"
+    }
+    assert sorted(names) == sorted(types)
