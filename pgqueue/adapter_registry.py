@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 import os
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from .driver import AsyncDriver, Driver
 from .errors import ConfigurationError, DriverNotInstalled
@@ -26,6 +26,7 @@ __all__ = [
     "DRIVER_ENV_VAR",
     "Adapter",
     "AdapterUrl",
+    "ModuleAdapter",
     "adapter_for_native",
     "asyncio_only",
     "describe_driver",
@@ -118,6 +119,52 @@ class Adapter(Protocol):
     def sync_wrap_transaction(self, obj: object) -> Driver:
         """Blocking :meth:`async_wrap_transaction`."""
         ...
+
+
+class ModuleAdapter:
+    """A base for ``ADAPTER`` objects whose entry points live in the adapter's driver modules.
+
+    Set ``async_module`` and ``sync_module`` to the dotted names of the modules that define
+    ``async_connect``, ``async_from_native``, ``async_wrap_transaction`` and the ``sync_``
+    three (one module may hold all six). Each entry point imports its module, and the database
+    library with it, on its first call; the capabilities stay plain class attributes.
+    """
+
+    async_module: str
+    sync_module: str
+
+    def _side(self, module: str, function: str) -> Any:
+        return getattr(importlib.import_module(module), function)
+
+    async def async_connect(self, url: str) -> AsyncDriver:
+        """Call the async module's ``async_connect(url)``."""
+        driver: AsyncDriver = await self._side(self.async_module, "async_connect")(url)
+        return driver
+
+    def async_from_native(self, obj: object) -> AsyncDriver:
+        """Call the async module's ``async_from_native(obj)``."""
+        driver: AsyncDriver = self._side(self.async_module, "async_from_native")(obj)
+        return driver
+
+    def async_wrap_transaction(self, obj: object) -> AsyncDriver:
+        """Call the async module's ``async_wrap_transaction(obj)``."""
+        driver: AsyncDriver = self._side(self.async_module, "async_wrap_transaction")(obj)
+        return driver
+
+    def sync_connect(self, url: str) -> Driver:
+        """Call the sync module's ``sync_connect(url)``."""
+        driver: Driver = self._side(self.sync_module, "sync_connect")(url)
+        return driver
+
+    def sync_from_native(self, obj: object) -> Driver:
+        """Call the sync module's ``sync_from_native(obj)``."""
+        driver: Driver = self._side(self.sync_module, "sync_from_native")(obj)
+        return driver
+
+    def sync_wrap_transaction(self, obj: object) -> Driver:
+        """Call the sync module's ``sync_wrap_transaction(obj)``."""
+        driver: Driver = self._side(self.sync_module, "sync_wrap_transaction")(obj)
+        return driver
 
 
 @dataclass(frozen=True)

@@ -6,15 +6,16 @@ the driver module, and psycopg with it, when called.
 
 from __future__ import annotations
 
-from pgqueue.adapter_registry import Adapter, AdapterUrl, url_without_driver
-from pgqueue.driver import AsyncDriver, Driver
+from pgqueue.adapter_registry import Adapter, AdapterUrl, ModuleAdapter, url_without_driver
 
 __all__ = ["ADAPTER", "PsycopgAdapter"]
 
 
-class PsycopgAdapter:
+class PsycopgAdapter(ModuleAdapter):
     """psycopg 3 with psycopg_pool: sync and asyncio, named by ``postgresql+psycopg://``."""
 
+    async_module = __package__ + "._async"
+    sync_module = __package__ + "._sync"
     has_sync = True
     url_schemes = ("postgresql+psycopg", "postgres+psycopg")
     reads_url_dialect = False
@@ -23,42 +24,6 @@ class PsycopgAdapter:
     def read_url(self, url: str | None) -> AdapterUrl:
         """Connect to ``url`` without its ``+psycopg`` part."""
         return AdapterUrl(url_without_driver(url), asyncio_only=False, description="psycopg")
-
-    async def async_connect(self, url: str) -> AsyncDriver:
-        """Open a pool on ``url``: see :func:`pgqueue_adapters.psycopg.async_connect`."""
-        from . import _async
-
-        return await _async.async_connect(url)
-
-    def async_from_native(self, obj: object) -> AsyncDriver:
-        """Use a caller's ``AsyncConnectionPool`` or ``AsyncConnection``."""
-        from . import _async
-
-        return _async.async_from_native(obj)
-
-    def async_wrap_transaction(self, obj: object) -> AsyncDriver:
-        """Run in the transaction of a caller's ``AsyncConnection``."""
-        from . import _async
-
-        return _async.async_wrap_transaction(obj)
-
-    def sync_connect(self, url: str) -> Driver:
-        """Open a pool on ``url``: see :func:`pgqueue_adapters.psycopg.sync_connect`."""
-        from . import _sync
-
-        return _sync.sync_connect(url)
-
-    def sync_from_native(self, obj: object) -> Driver:
-        """Use a caller's ``ConnectionPool`` or ``Connection``."""
-        from . import _sync
-
-        return _sync.sync_from_native(obj)
-
-    def sync_wrap_transaction(self, obj: object) -> Driver:
-        """Run in the transaction of a caller's ``Connection``."""
-        from . import _sync
-
-        return _sync.sync_wrap_transaction(obj)
 
 
 ADAPTER: Adapter = PsycopgAdapter()

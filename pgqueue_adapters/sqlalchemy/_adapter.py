@@ -6,8 +6,7 @@ the driver module, and SQLAlchemy with it, when called.
 
 from __future__ import annotations
 
-from pgqueue.adapter_registry import Adapter, AdapterUrl
-from pgqueue.driver import AsyncDriver, Driver
+from pgqueue.adapter_registry import Adapter, AdapterUrl, ModuleAdapter
 
 __all__ = ["ADAPTER", "SQLAlchemyAdapter"]
 
@@ -16,13 +15,15 @@ _DEFAULT_DIALECT = "psycopg"
 _ASYNCIO_DIALECT = "asyncpg"
 
 
-class SQLAlchemyAdapter:
+class SQLAlchemyAdapter(ModuleAdapter):
     """SQLAlchemy 2 on its psycopg dialect (sync and asyncio) or asyncpg dialect (asyncio).
 
     No URL scheme names it (``postgresql+asyncpg://`` already means the asyncpg driver): it is
     chosen by name, and then reads the URL's ``+dialect`` itself.
     """
 
+    async_module = __package__ + "._async"
+    sync_module = __package__ + "._sync"
     has_sync = True
     url_schemes: tuple[str, ...] = ()
     reads_url_dialect = True
@@ -37,42 +38,6 @@ class SQLAlchemyAdapter:
             asyncio_only=scheme.endswith("+" + _ASYNCIO_DIALECT),
             description=f"sqlalchemy ({dialect if plus else _DEFAULT_DIALECT})",
         )
-
-    async def async_connect(self, url: str) -> AsyncDriver:
-        """Create an engine on ``url``: see :func:`pgqueue_adapters.sqlalchemy.async_connect`."""
-        from . import _async
-
-        return await _async.async_connect(url)
-
-    def async_from_native(self, obj: object) -> AsyncDriver:
-        """Use a caller's ``AsyncEngine``, ``AsyncConnection`` or ``AsyncSession``'s bind."""
-        from . import _async
-
-        return _async.async_from_native(obj)
-
-    def async_wrap_transaction(self, obj: object) -> AsyncDriver:
-        """Run in the transaction of a caller's ``AsyncConnection`` or ``AsyncSession``."""
-        from . import _async
-
-        return _async.async_wrap_transaction(obj)
-
-    def sync_connect(self, url: str) -> Driver:
-        """Create an engine on ``url``: see :func:`pgqueue_adapters.sqlalchemy.sync_connect`."""
-        from . import _sync
-
-        return _sync.sync_connect(url)
-
-    def sync_from_native(self, obj: object) -> Driver:
-        """Use a caller's ``Engine``, ``Connection`` or ``Session``'s bind."""
-        from . import _sync
-
-        return _sync.sync_from_native(obj)
-
-    def sync_wrap_transaction(self, obj: object) -> Driver:
-        """Run in the transaction of a caller's ``Connection`` or ``Session``."""
-        from . import _sync
-
-        return _sync.sync_wrap_transaction(obj)
 
 
 ADAPTER: Adapter = SQLAlchemyAdapter()
