@@ -30,8 +30,13 @@ __all__ = [
     "Event",
     "EventHub",
     "Handler",
+    "JobCancelled",
+    "JobCompleted",
+    "JobFailed",
     "JobFinished",
+    "JobReleased",
     "JobRetried",
+    "JobSnoozed",
     "JobStarted",
     "JobsEnqueued",
     "JobsRescued",
@@ -95,6 +100,11 @@ Outcome = Literal["completed", "retry", "failed", "cancelled", "snoozed", "relea
 class JobFinished(Event):
     """An attempt of a job ended (the outcome is handed to the writer in the same moment).
 
+    The runtime emits one of its subclasses, one per outcome: :class:`JobCompleted`,
+    :class:`JobFailed`, :class:`JobCancelled`, :class:`JobSnoozed`, :class:`JobReleased`.
+    Subscribe to ``JobFinished`` for all of them, or to the ones you need: an outcome nobody
+    wants costs nothing.
+
     ``outcome``: ``completed``; ``retry`` (failed, will run again after ``delay`` seconds);
     ``failed`` (no attempts left, or ``Discard``); ``cancelled``; ``snoozed`` (``Retry(in_=)``:
     run again after ``delay``, the attempt not counted); ``released`` (a shutdown cut it off:
@@ -115,6 +125,31 @@ class JobFinished(Event):
     delay: float = 0.0
     error: str = ""
     exc: BaseException | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class JobCompleted(JobFinished):
+    """A job's ``process`` returned: the job is done (``outcome`` is ``completed``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobFailed(JobFinished):
+    """An attempt failed: ``outcome`` is ``retry`` (it runs again) or ``failed`` (for good)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobCancelled(JobFinished):
+    """A job was cancelled while it ran, or raised ``Cancel`` (``outcome`` is ``cancelled``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobSnoozed(JobFinished):
+    """A job raised ``Retry(in_=...)``: it runs again after ``delay``, the attempt not counted."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobReleased(JobFinished):
+    """A shutdown cut a job off: pending again, the attempt not counted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,12 +267,18 @@ class EventHub:
         # event type -> its handlers; rebuilt (never mutated) on every change, so emit() reads
         # it without a lock
         self._by_type: dict[type[Event], tuple[Handler, ...]] = {}
+        # event type -> the wants() of its handlers when every one of them has one (no entry:
+        # some handler takes every event of the type)
+        self._asks: dict[type[Event], tuple[Callable[[type[Event]], bool], ...]] = {}
         self._warned: set[tuple[int, type[Event]]] = set()
 
     def subscribe(self, handler: Handler, *types: type[Event]) -> Callable[[], None]:
         """Call ``handler`` with every event of ``types`` (all events when none are given).
 
-        Returns a function that unsubscribes it.
+        A subclass counts as its base (``JobFinished`` brings ``JobCompleted``...). A handler
+        object with a ``wants(event_type) -> bool`` method is asked before an event of a type
+        only it subscribed to is built (the ``LogSubscriber`` says no to completed jobs unless
+        DEBUG logging is on). Returns a function that unsubscribes it.
         """
         for t in types:
             if not (isinstance(t, type) and issubclass(t, Event)):
@@ -264,10 +305,21 @@ class EventHub:
                 handler for handler, wanted in self._subscriptions if issubclass(event_type, wanted)
             )
         self._by_type = {t: hs for t, hs in table.items() if hs}
+        asks: dict[type[Event], tuple[Callable[[type[Event]], bool], ...]] = {}
+        for event_type, handlers in self._by_type.items():
+            filters = [getattr(h, "wants", None) for h in handlers]
+            if all(callable(f) for f in filters):
+                asks[event_type] = tuple(f for f in filters if f is not None)
+        self._asks = asks
 
     def wants(self, event_type: type[Event]) -> bool:
-        """Return True if anyone subscribed to ``event_type`` (build the event only then)."""
-        return event_type in self._by_type
+        """Return True if an event of ``event_type`` would reach a subscriber (build it then)."""
+        if event_type not in self._by_type:
+            return False
+        asks = self._asks.get(event_type)
+        if asks is None:
+            return True
+        return any(ask(event_type) for ask in asks)
 
     def emit(self, event: Event) -> None:
         """Hand ``event`` to its subscribers; a handler's exception is logged, never raised."""
@@ -311,6 +363,16 @@ class LogSubscriber:
 
     TYPES: tuple[type[Event], ...] = ()  # set below, once the classes exist
 
+    def wants(self, event_type: type[Event]) -> bool:
+        """Say whether an event of ``event_type`` would be logged now.
+
+        Completed, snoozed and released attempts are logged at DEBUG only: with DEBUG off, the
+        runtime does not even build their events.
+        """
+        if issubclass(event_type, _DEBUG_ONLY):
+            return logger.isEnabledFor(logging.DEBUG)
+        return True
+
     def __call__(self, event: Event) -> None:
         """Log one event."""
         if isinstance(event, JobFinished):
@@ -328,6 +390,7 @@ class LogSubscriber:
 
 
 LogSubscriber.TYPES = (JobFinished, JobsRescued, LeaderGained, LeaderLost, ListenerLost)
+_DEBUG_ONLY = (JobCompleted, JobSnoozed, JobReleased)
 
 
 def _loggable(exc: BaseException | None) -> BaseException | None:
@@ -339,6 +402,8 @@ def _loggable(exc: BaseException | None) -> BaseException | None:
 
 def _log_finished(event: JobFinished) -> None:
     outcome = event.outcome
+    if outcome not in ("retry", "failed", "cancelled") and not logger.isEnabledFor(logging.DEBUG):
+        return  # another subscriber wanted the event; the log does not
     took = f" in {event.duration:.3f}s" if event.duration is not None else ""
     if outcome in ("retry", "failed"):
         logger.warning(
@@ -354,7 +419,7 @@ def _log_finished(event: JobFinished) -> None:
         )
     elif outcome == "cancelled":
         logger.info("job %s (%s) cancelled%s: %s", event.id, event.kind, took, event.error)
-    elif logger.isEnabledFor(logging.DEBUG):
+    else:
         action = _ACTION_WORDS.get(outcome, outcome)
         logger.debug(
             "job %s (%s) attempt %d: %s%s", event.id, event.kind, event.attempt, action, took

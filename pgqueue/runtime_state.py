@@ -19,7 +19,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .events import JobFinished, JobRetried, JobStarted
+from .events import (
+    JobCancelled,
+    JobCompleted,
+    JobFailed,
+    JobFinished,
+    JobReleased,
+    JobRetried,
+    JobSnoozed,
+    JobStarted,
+)
 from .events import Outcome as FinishedAs
 from .execution import ClaimedJob, Outcome, Running, signal_stop
 from .store_codec import UnknownKind
@@ -29,6 +38,7 @@ __all__ = [
     "Outbox",
     "RunTable",
     "UnknownKindWarnings",
+    "finished_class",
     "job_finished",
     "job_retried",
     "job_started",
@@ -185,7 +195,7 @@ class UnknownKindWarnings:
 
 # -- events of a run ----------------------------------------------------------------------------
 
-# how JobFinished names each outcome action
+# how JobFinished names each outcome action, and the event class of each
 _FINISHED_AS: Mapping[str, FinishedAs] = {
     "complete": "completed",
     "retry": "retry",
@@ -194,6 +204,19 @@ _FINISHED_AS: Mapping[str, FinishedAs] = {
     "snooze": "snoozed",
     "release": "released",
 }
+_FINISHED_CLASS: Mapping[str, type[JobFinished]] = {
+    "complete": JobCompleted,
+    "retry": JobFailed,
+    "fail": JobFailed,
+    "cancel": JobCancelled,
+    "snooze": JobSnoozed,
+    "release": JobReleased,
+}
+
+
+def finished_class(outcome: Outcome) -> type[JobFinished]:
+    """Return the :class:`JobFinished` subclass an attempt that ended with ``outcome`` emits."""
+    return _FINISHED_CLASS[outcome.action]
 
 
 def job_started(running: Running, instance_id: uuid.UUID) -> JobStarted:
@@ -217,9 +240,17 @@ def queue_wait(job: ClaimedJob) -> float:
 
 
 def job_finished(running: Running, outcome: Outcome, instance_id: uuid.UUID) -> JobFinished:
-    """Build the event for a run that ended with ``outcome``."""
+    """Build the event for a run that ended with ``outcome``.
+
+    The queue wait is the one measured at the start when ``JobStarted`` was built; otherwise
+    it is worked out now, from the time ``process`` ran (so that nothing is measured for a
+    job whose end nobody wants to hear of).
+    """
     job = running.job
-    return JobFinished(
+    wait = running.queue_wait
+    if wait is None:
+        wait = queue_wait(job) - (job.duration or 0.0)
+    return _FINISHED_CLASS[outcome.action](
         id=job.id,
         kind=job.kind,
         queue=job.queue,
@@ -228,7 +259,7 @@ def job_finished(running: Running, outcome: Outcome, instance_id: uuid.UUID) -> 
         instance_id=instance_id,
         outcome=_FINISHED_AS[outcome.action],
         duration=job.duration,
-        queue_wait=running.queue_wait,
+        queue_wait=wait,
         delay=outcome.delay,
         error=outcome.message,
         exc=outcome.exc,

@@ -130,3 +130,42 @@ def test_log_subscriber_writes_the_worker_log_lines(caplog: pytest.LogCaptureFix
     retry = next(r for r in caplog.records if "retrying" in r.getMessage())
     assert retry.levelno == logging.WARNING
     assert retry.exc_info is not None
+
+
+def test_a_subclass_reaches_the_subscribers_of_its_base() -> None:
+    from pgqueue.events import JobCompleted, JobFailed
+
+    hub = EventHub()
+    everything: list[Event] = []
+    failures: list[Event] = []
+    hub.subscribe(everything.append, JobFinished)
+    hub.subscribe(failures.append, JobFailed)
+    completed = JobCompleted(1, "k", "q", 1, 3, INSTANCE, "completed", 0.1, 0.0)
+    failed = JobFailed(2, "k", "q", 1, 3, INSTANCE, "failed", 0.1, 0.0, error="boom")
+    hub.emit(completed)
+    hub.emit(failed)
+    assert everything == [completed, failed]
+    assert failures == [failed]
+
+
+def test_a_handler_with_wants_is_asked_before_an_event_is_built(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from pgqueue.events import JobCompleted, JobFailed
+
+    hub = EventHub()
+    hub.subscribe(LogSubscriber(), *LogSubscriber.TYPES)
+    logger = logging.getLogger("pgqueue")
+    with caplog.at_level(logging.INFO, logger="pgqueue"):
+        assert not hub.wants(JobCompleted)  # only logged at DEBUG
+        assert hub.wants(JobFailed)
+    with caplog.at_level(logging.DEBUG, logger="pgqueue"):
+        assert logger.isEnabledFor(logging.DEBUG)
+        assert hub.wants(JobCompleted)
+    seen: list[Event] = []
+    hub.subscribe(seen.append, JobCompleted)  # a handler without wants(): always built
+    with caplog.at_level(logging.INFO, logger="pgqueue"):
+        assert hub.wants(JobCompleted)
+        hub.emit(JobCompleted(1, "k", "q", 1, 3, INSTANCE, "completed", 0.1, 0.0))
+    assert len(seen) == 1
+    assert not [r for r in caplog.records if "complete in" in r.getMessage()]  # not at INFO

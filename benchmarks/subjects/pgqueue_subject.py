@@ -58,23 +58,26 @@ class PgQueueSubject(Subject):
 
     remaining_sql = "SELECT count(*) FROM pgqueue_jobs WHERE status IN ('pending', 'processing')"
 
-    def __init__(self, dsn: str, mode: str, *, all_events: bool = False) -> None:
+    def __init__(self, dsn: str, mode: str, *, variant: str = "") -> None:
         super().__init__(dsn)
         self.mode = mode
         self.name = f"pgqueue/{mode}"
         self.driver, scheme, self.is_async = MODES[mode]
         self.url = _url(dsn, scheme)
-        self.all_events = all_events
+        self.variant = variant  # "", "events" or "quiet": see registry.make_subject
         self.events_seen = 0
 
     def _subscribe(self, client: Any) -> Any:
-        # "+events": one more subscriber, to every event: what the seam costs when in use
-        if self.all_events:
+        # "+events": one more subscriber, to every event: what the seam costs when in use;
+        # "+quiet": none at all, not even the default log subscriber
+        if self.variant == "events":
 
             def count(event: object) -> None:
                 self.events_seen += 1
 
             client.events.subscribe(count)
+        elif self.variant == "quiet":
+            client.log_subscription()
         return client
 
     # -- helpers --------------------------------------------------------------------------

@@ -24,7 +24,9 @@ def make_subject(spec: str, dsn: str) -> Subject:
       (e.g. ``git worktree add ../base <commit>``), imported ahead of this one;
     - ``pgqueue/<mode>+events``: this pgqueue with a subscriber to every event of
       ``pgqueue.events`` (the cost of the events seam in use; plain ``pgqueue/<mode>`` has
-      only the default log subscriber).
+      only the default log subscriber);
+    - ``pgqueue/<mode>+quiet``: no subscriber at all, not even the log subscriber (what the
+      events seam costs when nobody listens).
     """
     family, _, mode = spec.partition("/")
     if family == "pgqueue-base":
@@ -40,7 +42,9 @@ def make_subject(spec: str, dsn: str) -> Subject:
         from .pgqueue_subject import PgQueueSubject
 
         mode, plus, extra = mode.partition("+")
-        subject = PgQueueSubject(dsn, mode, all_events=plus and extra == "events")
+        if plus and extra not in ("events", "quiet"):
+            raise SystemExit(f"unknown variant {extra!r} of {spec!r}: use +events or +quiet")
+        subject = PgQueueSubject(dsn, mode, variant=extra)
         subject.name = spec
         return subject
     if spec == "pgqueuer":

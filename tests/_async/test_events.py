@@ -252,7 +252,7 @@ async def test_a_subscriber_that_raises_does_not_stop_the_jobs(
     failures = [r for r in caplog.records if "event subscriber" in r.getMessage()]
     assert {r.getMessage().split(" failed on ")[1].split(" ")[0] for r in failures} >= {
         "JobStarted",
-        "JobFinished",
+        "JobCompleted",
     }
 
 

@@ -5,8 +5,9 @@
 It owns the job pool and what a run's start and end mean: the run is counted in the
 :class:`~pgqueue.runtime_state.RunTable` from launch to outcome, a job's ``process`` is called
 through ``call_process`` (timeouts, cancellation, stuck runs), the outcome is decided by
-``pgqueue.execution``, and ``JobStarted``/``JobFinished``/``JobRetried`` are emitted. A job
-raising ``KeyboardInterrupt``/``SystemExit`` stops the worker (``on_fatal``).
+``pgqueue.execution``, and ``JobStarted``, a ``JobFinished`` subclass per outcome and
+``JobRetried`` are emitted. A job raising ``KeyboardInterrupt``/``SystemExit`` stops the
+worker (``on_fatal``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 
-from ...events import EventHub, JobFinished, JobRetried, JobStarted
+from ...events import EventHub, JobRetried, JobStarted
 from ...execution import (
     ClaimedJob,
     Outcome,
@@ -31,7 +32,14 @@ from ...execution import (
 )
 from ...jobs import WorkerRegistry
 from ...runtime_config import RuntimeConfig
-from ...runtime_state import RunTable, job_finished, job_retried, job_started, queue_wait
+from ...runtime_state import (
+    RunTable,
+    finished_class,
+    job_finished,
+    job_retried,
+    job_started,
+    queue_wait,
+)
 from ..compat import Event, JobPool, call_process, wait_all
 from .writer import OutcomeWriter
 
@@ -119,8 +127,6 @@ class JobExecutor:
         if events.wants(JobStarted):
             running.queue_wait = queue_wait(job)
             events.emit(job_started(running, self._instance_id))
-        elif events.wants(JobFinished):
-            running.queue_wait = queue_wait(job)
         # if this task itself dies, hand the job back; None: leave it to a rescue
         outcome: Outcome | None = Outcome("release")
         try:
@@ -175,7 +181,7 @@ class JobExecutor:
     def _finish(self, running: Running, outcome: Outcome) -> None:
         """Report how a run ended, then hand its outcome to the writer (never blocks)."""
         events = self._events
-        if events.wants(JobFinished):
+        if events.wants(finished_class(outcome)):
             events.emit(job_finished(running, outcome, self._instance_id))
         if outcome.action == "retry" and events.wants(JobRetried):
             events.emit(job_retried(running.job, outcome))
