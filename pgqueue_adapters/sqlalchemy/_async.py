@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import sqlalchemy.ext.asyncio as sa  # sync: import sqlalchemy as sa
-from sqlalchemy import URL, make_url
+from sqlalchemy import URL
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncSession  # sync: from sqlalchemy.orm import Session
@@ -36,6 +36,7 @@ from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError, Dr
 
 from ._errors import DB_ERRORS, translate_error
 from ._placeholders import bind_params
+from ._shared import describe, engine_url, library_dsn, unscope
 
 __all__ = [
     "AsyncSQLAlchemyDriver",
@@ -51,19 +52,9 @@ _OTHER_SIDE = "use pgqueue.Client with it"  # sync: _OTHER_SIDE = "use pgqueue.A
 # The dialects whose library can open the dedicated sessions of listeners and advisory locks.
 _DEDICATED_DRIVERS = ("psycopg", "asyncpg")  # sync: _DEDICATED_DRIVERS = ("psycopg",)
 _DEDICATED_HINT = "postgresql+psycopg:// or postgresql+asyncpg://"  # sync: _DEDICATED_HINT = "postgresql+psycopg://"
-# URL query keys that SQLAlchemy's dialects consume themselves; the libraries would reject them.
-_SQLALCHEMY_QUERY_KEYS = (
-    "async_fallback",  # sync: "async_fallback",
-    "prepared_statement_cache_size",
-    "prepared_statement_name_func",
-)
 
 
 # -- helpers ------------------------------------------------------------------------------------
-
-
-def _describe(obj: object) -> str:
-    return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
 def _refuse_other_side(obj: object) -> None:
@@ -77,14 +68,6 @@ def _refuse_other_side(obj: object) -> None:
         raise ConfigurationError(
             f"{type(obj).__qualname__} is {flavour} SQLAlchemy object: {_OTHER_SIDE}"
         )
-
-
-def _unscope(obj: object) -> object:
-    """Return the current session of a scoped session (Flask-SQLAlchemy's ``db.session``)."""
-    # Matched by name, so that both sides know scoped_session and its asyncio twin.
-    if type(obj).__name__.endswith("scoped_session") and callable(obj):
-        return obj()
-    return obj
 
 
 def _check_dialect(dialect: Dialect) -> None:
@@ -111,8 +94,7 @@ def _require_library(dialect: Dialect) -> None:
 def _dedicated_dsn(dialect: Dialect, url: URL) -> str:
     """Return the plain ``postgresql://`` URL that a dedicated session connects to."""
     _require_library(dialect)
-    plain = url.set(drivername="postgresql").difference_update_query(_SQLALCHEMY_QUERY_KEYS)
-    return plain.render_as_string(hide_password=False)
+    return library_dsn(url)
 
 
 # async-only: begin
@@ -186,7 +168,7 @@ class AsyncSQLAlchemyDriver:
         else:
             raise ConfigurationError(
                 "AsyncSQLAlchemyDriver needs a SQLAlchemy AsyncEngine or AsyncConnection, "
-                f"got {_describe(source)}"
+                f"got {describe(source)}"
             )
         self._dialect = source.dialect
         self._url = source.engine.url
@@ -391,7 +373,7 @@ class AsyncSQLAlchemyTxDriver(AsyncTxDriverBase):
         if not isinstance(source, sa.AsyncConnection | AsyncSession):
             raise ConfigurationError(
                 "AsyncSQLAlchemyTxDriver needs a SQLAlchemy AsyncConnection or AsyncSession, "
-                f"got {_describe(source)}"
+                f"got {describe(source)}"
             )
         self._source = source
         self._parent = parent
@@ -450,18 +432,6 @@ class AsyncSQLAlchemyTxDriver(AsyncTxDriverBase):
 # -- entry points -------------------------------------------------------------------------------
 
 
-def _engine_url(url: str) -> URL:
-    """Parse ``url``; a plain ``postgresql://`` one gets the psycopg dialect."""
-    try:
-        parsed = make_url(url)
-    except sa_exc.ArgumentError as exc:
-        raise ConfigurationError(f"not a database URL: {exc}") from exc
-    backend, _, dialect = parsed.drivername.partition("+")
-    if backend == "postgres":  # libpq's alias, which SQLAlchemy no longer knows
-        backend = "postgresql"
-    return parsed.set(drivername=f"{backend}+{dialect or 'psycopg'}")
-
-
 async def async_connect(url: str, *, pool_size: int = 10) -> AsyncSQLAlchemyDriver:
     """Create an engine on ``url`` and return a driver that owns it.
 
@@ -470,7 +440,7 @@ async def async_connect(url: str, *, pool_size: int = 10) -> AsyncSQLAlchemyDriv
     database fails now. The pool holds at most ``pool_size`` connections (no overflow), as the
     other drivers' pools do, so a process's share of ``max_connections`` is known.
     """
-    parsed = _engine_url(url)
+    parsed = engine_url(url)
     try:
         engine = sa.create_async_engine(parsed, pool_size=pool_size, max_overflow=0)
     except ImportError as exc:
@@ -501,7 +471,7 @@ def async_from_native(obj: object) -> AsyncSQLAlchemyDriver:
     Given a session (``AsyncSession``, or a scoped session), the driver uses the engine or
     connection it is bound to. The driver never disposes of or closes what it was given.
     """
-    obj = _unscope(obj)
+    obj = unscope(obj)
     _refuse_other_side(obj)
     if isinstance(obj, AsyncSession):
         bind = obj.bind
@@ -513,7 +483,7 @@ def async_from_native(obj: object) -> AsyncSQLAlchemyDriver:
     if isinstance(obj, sa.AsyncEngine | sa.AsyncConnection):
         return AsyncSQLAlchemyDriver(obj)
     raise ConfigurationError(
-        f"cannot use a {_describe(obj)} here: pass a SQLAlchemy AsyncEngine, AsyncConnection "
+        f"cannot use a {describe(obj)} here: pass a SQLAlchemy AsyncEngine, AsyncConnection "
         "or AsyncSession"
     )
 
@@ -524,11 +494,11 @@ def async_wrap_transaction(obj: object) -> AsyncSQLAlchemyTxDriver:
     ``obj`` is the ``AsyncConnection`` or ``AsyncSession`` that holds the transaction; a scoped
     session stands for its current session.
     """
-    obj = _unscope(obj)
+    obj = unscope(obj)
     _refuse_other_side(obj)
     if isinstance(obj, sa.AsyncConnection | AsyncSession):
         return AsyncSQLAlchemyTxDriver(obj)
     raise ConfigurationError(
-        f"cannot enqueue in a {_describe(obj)}: pass the SQLAlchemy AsyncConnection or "
+        f"cannot enqueue in a {describe(obj)}: pass the SQLAlchemy AsyncConnection or "
         "AsyncSession that holds your transaction"
     )

@@ -20,7 +20,7 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import URL, make_url
+from sqlalchemy import URL
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
@@ -38,6 +38,7 @@ from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError, Dr
 
 from ._errors import DB_ERRORS, translate_error
 from ._placeholders import bind_params
+from ._shared import describe, engine_url, library_dsn, unscope
 
 __all__ = [
     "SQLAlchemyDriver",
@@ -53,19 +54,9 @@ _OTHER_SIDE = "use pgqueue.AsyncClient with it"
 # The dialects whose library can open the dedicated sessions of listeners and advisory locks.
 _DEDICATED_DRIVERS = ("psycopg",)
 _DEDICATED_HINT = "postgresql+psycopg://"
-# URL query keys that SQLAlchemy's dialects consume themselves; the libraries would reject them.
-_SQLALCHEMY_QUERY_KEYS = (
-    "async_fallback",
-    "prepared_statement_cache_size",
-    "prepared_statement_name_func",
-)
 
 
 # -- helpers ------------------------------------------------------------------------------------
-
-
-def _describe(obj: object) -> str:
-    return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
 def _refuse_other_side(obj: object) -> None:
@@ -79,14 +70,6 @@ def _refuse_other_side(obj: object) -> None:
         raise ConfigurationError(
             f"{type(obj).__qualname__} is {flavour} SQLAlchemy object: {_OTHER_SIDE}"
         )
-
-
-def _unscope(obj: object) -> object:
-    """Return the current session of a scoped session (Flask-SQLAlchemy's ``db.session``)."""
-    # Matched by name, so that both sides know scoped_session and its asyncio twin.
-    if type(obj).__name__.endswith("scoped_session") and callable(obj):
-        return obj()
-    return obj
 
 
 def _check_dialect(dialect: Dialect) -> None:
@@ -113,8 +96,7 @@ def _require_library(dialect: Dialect) -> None:
 def _dedicated_dsn(dialect: Dialect, url: URL) -> str:
     """Return the plain ``postgresql://`` URL that a dedicated session connects to."""
     _require_library(dialect)
-    plain = url.set(drivername="postgresql").difference_update_query(_SQLALCHEMY_QUERY_KEYS)
-    return plain.render_as_string(hide_password=False)
+    return library_dsn(url)
 
 
 def _run(conn: sa.Connection, sql: str, params: Params, fetch: bool) -> list[Row]:
@@ -152,7 +134,7 @@ class SQLAlchemyDriver:
             self._conn = source
         else:
             raise ConfigurationError(
-                f"SQLAlchemyDriver needs a SQLAlchemy Engine or Connection, got {_describe(source)}"
+                f"SQLAlchemyDriver needs a SQLAlchemy Engine or Connection, got {describe(source)}"
             )
         self._dialect = source.dialect
         self._url = source.engine.url
@@ -337,7 +319,7 @@ class SQLAlchemyTxDriver(TxDriverBase):
         if not isinstance(source, sa.Connection | Session):
             raise ConfigurationError(
                 "SQLAlchemyTxDriver needs a SQLAlchemy Connection or Session, "
-                f"got {_describe(source)}"
+                f"got {describe(source)}"
             )
         self._source = source
         self._parent = parent
@@ -396,18 +378,6 @@ class SQLAlchemyTxDriver(TxDriverBase):
 # -- entry points -------------------------------------------------------------------------------
 
 
-def _engine_url(url: str) -> URL:
-    """Parse ``url``; a plain ``postgresql://`` one gets the psycopg dialect."""
-    try:
-        parsed = make_url(url)
-    except sa_exc.ArgumentError as exc:
-        raise ConfigurationError(f"not a database URL: {exc}") from exc
-    backend, _, dialect = parsed.drivername.partition("+")
-    if backend == "postgres":  # libpq's alias, which SQLAlchemy no longer knows
-        backend = "postgresql"
-    return parsed.set(drivername=f"{backend}+{dialect or 'psycopg'}")
-
-
 def sync_connect(url: str, *, pool_size: int = 10) -> SQLAlchemyDriver:
     """Create an engine on ``url`` and return a driver that owns it.
 
@@ -416,7 +386,7 @@ def sync_connect(url: str, *, pool_size: int = 10) -> SQLAlchemyDriver:
     database fails now. The pool holds at most ``pool_size`` connections (no overflow), as the
     other drivers' pools do, so a process's share of ``max_connections`` is known.
     """
-    parsed = _engine_url(url)
+    parsed = engine_url(url)
     try:
         engine = sa.create_engine(parsed, pool_size=pool_size, max_overflow=0)
     except ImportError as exc:
@@ -447,7 +417,7 @@ def sync_from_native(obj: object) -> SQLAlchemyDriver:
     Given a session (``Session``, or a scoped session), the driver uses the engine or
     connection it is bound to. The driver never disposes of or closes what it was given.
     """
-    obj = _unscope(obj)
+    obj = unscope(obj)
     _refuse_other_side(obj)
     if isinstance(obj, Session):
         bind = obj.bind
@@ -459,7 +429,7 @@ def sync_from_native(obj: object) -> SQLAlchemyDriver:
     if isinstance(obj, sa.Engine | sa.Connection):
         return SQLAlchemyDriver(obj)
     raise ConfigurationError(
-        f"cannot use a {_describe(obj)} here: pass a SQLAlchemy Engine, Connection or Session"
+        f"cannot use a {describe(obj)} here: pass a SQLAlchemy Engine, Connection or Session"
     )
 
 
@@ -469,11 +439,11 @@ def sync_wrap_transaction(obj: object) -> SQLAlchemyTxDriver:
     ``obj`` is the ``Connection`` or ``Session`` that holds the transaction; a scoped
     session stands for its current session.
     """
-    obj = _unscope(obj)
+    obj = unscope(obj)
     _refuse_other_side(obj)
     if isinstance(obj, sa.Connection | Session):
         return SQLAlchemyTxDriver(obj)
     raise ConfigurationError(
-        f"cannot enqueue in a {_describe(obj)}: pass the SQLAlchemy Connection or "
+        f"cannot enqueue in a {describe(obj)}: pass the SQLAlchemy Connection or "
         "Session that holds your transaction"
     )
