@@ -229,3 +229,20 @@ def test_cli_sql_options(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "-- migration" not in out
     assert "CREATE TABLE IF NOT EXISTS" in out  # only the bookkeeping table
+
+
+def test_queries_sql_and_the_declared_statement_names_must_agree(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pgqueue import queries
+
+    names = set(queries._STATEMENT_NAMES)
+    assert set(queries._raw_queries()) == names  # what the import checked
+    extra = {**queries._raw_queries(), "job_undeclared": "SELECT 1"}
+    monkeypatch.setattr(queries, "_raw_queries", lambda: extra)
+    with pytest.raises(RuntimeError, match=r"only in the file \['job_undeclared'\]"):
+        queries._check_statement_names()
+    missing = {k: v for k, v in extra.items() if k not in ("job_undeclared", "job_claim")}
+    monkeypatch.setattr(queries, "_raw_queries", lambda: missing)
+    with pytest.raises(RuntimeError, match=r"only declared \['job_claim'\]"):
+        queries._check_statement_names()
