@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from importlib import resources
+from pathlib import Path
 
 import pytest
 
@@ -246,3 +247,22 @@ def test_queries_sql_and_the_declared_statement_names_must_agree(
     monkeypatch.setattr(queries, "_raw_queries", lambda: missing)
     with pytest.raises(RuntimeError, match=r"only declared \['job_claim'\]"):
         queries._check_statement_names()
+
+
+def test_only_the_store_names_a_statement() -> None:
+    """Nothing but the store layer reads the named statements of queries.sql."""
+    import ast
+
+    root = Path(pgqueue.__file__).parent
+    allowed = {"queries.py", "_async/store.py", "_sync/store.py"}
+    offenders = []
+    for path in root.rglob("*.py"):
+        relative = path.relative_to(root).as_posix()
+        if relative in allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("queries"):
+                names = {alias.name for alias in node.names}
+                if names & {"Queries", "queries_for"}:
+                    offenders.append(relative)
+    assert offenders == []
