@@ -345,3 +345,22 @@ async def test_dedicated_sessions_over_a_unix_socket(database_url: str) -> None:
             await lock.release()
     finally:
         await conn.close()
+
+
+async def test_the_store_keeps_the_drivers_error_as_the_cause(
+    database_url: str, settings: pgqueue.Settings
+) -> None:
+    # What callers read of an error (is_data_refusal looks at its cause, a traceback shows the
+    # library's message) must survive the store's error mapping.
+    from pgqueue._async.store import AsyncStore
+    from pgqueue.execution import is_data_refusal
+
+    async with await pgqueue.AsyncClient.connect(
+        database_url, driver="asyncpg", settings=settings
+    ) as client:
+        await client.migrate()
+        store = AsyncStore(client.driver, settings)
+        with pytest.raises(pgqueue.DatabaseError) as caught:
+            await store.job_get("not a number")  # type: ignore[arg-type]
+    assert isinstance(caught.value.__cause__, asyncpg.DataError)
+    assert is_data_refusal(caught.value)

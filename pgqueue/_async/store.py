@@ -15,7 +15,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 from ..enqueue import PreparedJob
 from ..errors import DatabaseError, JobIdConflict, SchemaNotMigrated
@@ -85,13 +85,24 @@ class AsyncStore:
         try:
             return await self.driver.query(sql, params)
         except DatabaseError as exc:
-            raise self._translate(exc) from exc
+            self._raise_translated(exc)
 
     async def _exec(self, sql: str, params: Sequence[Any] = ()) -> None:
         try:
             await self.driver.exec(sql, params)
         except DatabaseError as exc:
-            raise self._translate(exc) from exc
+            self._raise_translated(exc)
+
+    def _raise_translated(self, exc: DatabaseError) -> NoReturn:
+        """Raise pgqueue's precise error for ``exc``, or ``exc`` itself with its own cause.
+
+        (``raise exc from exc`` would replace the library's exception, which callers read,
+        with the error itself.)
+        """
+        translated = self._translate(exc)
+        if translated is exc:
+            raise exc
+        raise translated from exc
 
     def _translate(self, exc: DatabaseError) -> DatabaseError | JobIdConflict:
         if exc.sqlstate in _NOT_MIGRATED and not isinstance(exc, SchemaNotMigrated):
@@ -208,7 +219,7 @@ class AsyncStore:
                 settings.schema, settings.prefix + "jobs", COPY_COLUMNS, records
             )
         except DatabaseError as exc:
-            raise self._translate(exc) from exc
+            self._raise_translated(exc)
         queues = sorted({job.queue for job in jobs})
         await self._query(q.job_notify_queues, (settings.channel, queues))
         return handles_for_records(jobs, records)
