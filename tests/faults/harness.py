@@ -348,8 +348,9 @@ class Fleet:
             self.client.close()
             self.client = None
 
-    def backends(self, worker: Worker) -> list[int]:
-        """The PostgreSQL backend pids of a worker's connections (pgqueue's and its jobs')."""
+    def backends(self, worker: Worker, *, recorders: bool = True) -> list[int]:
+        """The PostgreSQL backend pids of a worker's connections: pgqueue's and, unless
+        ``recorders`` is false, its jobs' recorder sessions."""
         try:
             ports = {
                 c.laddr.port
@@ -359,15 +360,20 @@ class Fleet:
         except psutil.NoSuchProcess:
             return []
         rows = self.observer.rows(
-            "SELECT pid, client_port FROM pg_stat_activity "
+            "SELECT pid, client_port, application_name FROM pg_stat_activity "
             "WHERE datname = current_database() AND client_port IS NOT NULL"
         )
-        return [pid for pid, port in rows if port in ports]
+        return [
+            pid
+            for pid, port, app in rows
+            if port in ports and (recorders or app != jobs.RECORDER_APPLICATION_NAME)
+        ]
 
     def max_connections(self) -> int:
-        """The most connections a worker may hold: its pool (10 in every mode), the listener,
-        the leader's lock session, and the job recorder's (one per job thread)."""
-        return 10 + 2 + 4
+        """The most sessions pgqueue may hold in a worker: its pool (10 in every mode), the
+        listener and the leader's lock session. The jobs' recorder sessions are not counted:
+        there is one per thread that runs jobs, however many slots the worker has."""
+        return 10 + 2
 
     # -- jobs -----------------------------------------------------------------------------
 

@@ -23,11 +23,20 @@ import pgqueue
 
 _local = threading.local()
 
+# The recorder's sessions are the test's, not pgqueue's: the harness tells them apart by this
+# name when it counts the sessions a worker holds.
+RECORDER_APPLICATION_NAME = "pgqueue-fault-recorder"
+
 
 def _connection() -> psycopg.Connection[Any]:
     conn = getattr(_local, "conn", None)
     if conn is None or conn.closed or conn.broken:
-        conn = psycopg.connect(os.environ["FAULT_DSN"], autocommit=True, connect_timeout=5)
+        conn = psycopg.connect(
+            os.environ["FAULT_DSN"],
+            autocommit=True,
+            connect_timeout=5,
+            application_name=RECORDER_APPLICATION_NAME,
+        )
         _local.conn = conn
     return conn
 
