@@ -18,10 +18,13 @@ from .errors import (
     DuplicateJob,
     DuplicateJobError,
     DuplicateKind,
+    InvalidFilter,
     InvalidJobOptions,
     InvalidName,
     InvalidQueueName,
+    JobActionRefused,
     JobIdConflict,
+    JobNotFound,
     JobSerializationError,
     MigrationError,
     PayloadTooLarge,
@@ -29,11 +32,21 @@ from .errors import (
     SchemaNotMigrated,
     UnknownJobKind,
 )
+from .job_filter import JobFilter
 from .jobs import CancelSignal, JobContext, JobHandle, Worker, WorkerRegistry
 from .options import JobOptions
 from .outcomes import Cancel, Discard, JobOutcome, Retry
 from .queries import migrations_script, migrations_statements
-from .records import JobInfo
+from .records import (
+    Attempt,
+    BulkResult,
+    JobInfo,
+    JobPage,
+    QueueStats,
+    RunningJob,
+    StatusCounts,
+    WorkerInfo,
+)
 from .runtime_config import RuntimeConfig
 from .settings import Settings
 
@@ -46,6 +59,8 @@ __all__ = [
     "AsyncDriver",
     "AsyncListener",
     "AsyncSupportsCopy",
+    "Attempt",
+    "BulkResult",
     "Cancel",
     "CancelSignal",
     "Client",
@@ -58,28 +73,37 @@ __all__ = [
     "DuplicateJob",
     "DuplicateJobError",
     "DuplicateKind",
+    "InvalidFilter",
     "InvalidJobOptions",
     "InvalidName",
     "InvalidQueueName",
+    "JobActionRefused",
     "JobContext",
+    "JobFilter",
     "JobHandle",
     "JobIdConflict",
     "JobInfo",
+    "JobNotFound",
     "JobOptions",
     "JobOutcome",
+    "JobPage",
     "JobSerializationError",
     "Listener",
     "MigrationError",
     "Notification",
     "PayloadTooLarge",
     "PgQueueError",
+    "QueueStats",
     "Retry",
+    "RunningJob",
     "RuntimeConfig",
     "SchemaNotMigrated",
     "Settings",
+    "StatusCounts",
     "SupportsCopy",
     "UnknownJobKind",
     "Worker",
+    "WorkerInfo",
     "WorkerRegistry",
     "migrations_script",
     "migrations_statements",

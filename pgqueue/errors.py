@@ -16,10 +16,13 @@ __all__ = [
     "DuplicateJob",
     "DuplicateJobError",
     "DuplicateKind",
+    "InvalidFilter",
     "InvalidJobOptions",
     "InvalidName",
     "InvalidQueueName",
+    "JobActionRefused",
     "JobIdConflict",
+    "JobNotFound",
     "JobSerializationError",
     "MigrationError",
     "PayloadTooLarge",
@@ -119,3 +122,24 @@ class JobIdConflict(DuplicateJobError):
 
 class DuplicateJob(DuplicateJobError):
     """An identical job (same queue, kind and arguments) holds its ``unique`` lock."""
+
+
+class InvalidFilter(PgQueueError, ValueError):
+    """An admin call's filter, sort, limit or cursor is not one pgqueue can use."""
+
+
+class JobNotFound(PgQueueError, LookupError):
+    """No job has the given id (it never existed, or retention or an operator deleted it)."""
+
+
+class JobActionRefused(PgQueueError):
+    """An admin action does not apply to the job as it is now (a running job cannot be retried).
+
+    ``job_id`` names the job, ``status`` the status it had, ``reason`` why it was left alone.
+    """
+
+    def __init__(self, message: str, *, job_id: int, status: str, reason: str) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+        self.status = status
+        self.reason = reason

@@ -1,10 +1,12 @@
 """Load the SQL shipped in ``pgqueue/sql/`` once, and render it for one installation.
 
-SQL lives in ``.sql`` files. ``queries.sql`` holds named statements (``-- name: job_insert``);
-``migrations/NNNN_title.sql`` hold one migration each. The only substitution ever made is
+SQL lives in ``.sql`` files. ``queries.sql`` (the runtime's and the enqueue paths') and
+``admin.sql`` (the admin API's) hold named statements (``-- name: job_insert``);
+``migrations/NNNN_title.sql`` hold one migration each. The only substitutions ever made are
 ``{{schema}}`` and ``{{<table or index>}}`` placeholders, replaced by identifiers that
-:class:`~pgqueue.settings.Settings` has validated, then quoted. User input only ever travels as
-bound parameters.
+:class:`~pgqueue.settings.Settings` has validated, then quoted, and ``{{> fragment}}``, replaced
+by a ``-- fragment:`` block of the same files (a filter several statements share). User input
+only ever travels as bound parameters.
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ __all__ = [
 ]
 
 _PLACEHOLDER_RE = re.compile(r"\{\{([a-z_]+)\}\}")
-_NAME_RE = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_NAME_RE = re.compile(r"^--\s*(name|fragment):\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_FRAGMENT_RE = re.compile(r"\{\{>\s*([a-z_]+)\s*\}\}")
+# The files of named statements, read in this order; a name may be defined once in all.
+STATEMENT_FILES = ("queries.sql", "admin.sql")
 _MIGRATION_FILE_RE = re.compile(r"(\d{4})_([a-z0-9_]+)\.sql\Z")
 
 
@@ -55,23 +60,44 @@ def _read(relative: str) -> str:
     return resources.files("pgqueue").joinpath("sql", relative).read_text(encoding="utf-8")
 
 
-@functools.cache
-def _raw_queries() -> dict[str, str]:
-    text = _read("queries.sql")
-    names = list(_NAME_RE.finditer(text))
-    out: dict[str, str] = {}
-    for i, match in enumerate(names):
-        end = names[i + 1].start() if i + 1 < len(names) else len(text)
+def _blocks(text: str) -> list[tuple[str, str, str]]:
+    """Split a statements file into ``(kind, name, body)`` blocks (kind: name or fragment)."""
+    marks = list(_NAME_RE.finditer(text))
+    out = []
+    for i, match in enumerate(marks):
+        end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
         body = "\n".join(
             line for line in text[match.end() : end].strip().splitlines() if line.strip()
         ).rstrip()
-        # Drop the trailing semicolon: some drivers refuse it in prepared statements.
-        out[match.group(1)] = body.removesuffix(";")
+        out.append((match.group(1), match.group(2), body))
     return out
 
 
+@functools.cache
+def _raw_queries() -> dict[str, str]:
+    statements: dict[str, str] = {}
+    fragments: dict[str, str] = {}
+    for file in STATEMENT_FILES:
+        for kind, name, body in _blocks(_read(file)):
+            if name in statements or name in fragments:
+                raise RuntimeError(f"pgqueue/sql/{file}: {name!r} is defined twice")
+            if kind == "fragment":
+                fragments[name] = body.removesuffix(";")
+            else:
+                # Drop the trailing semicolon: some drivers refuse it in prepared statements.
+                statements[name] = body.removesuffix(";")
+
+    def expand(match: re.Match[str]) -> str:
+        try:
+            return fragments[match.group(1)]
+        except KeyError:
+            raise RuntimeError(f"pgqueue/sql: no fragment named {match.group(1)!r}") from None
+
+    return {name: _FRAGMENT_RE.sub(expand, body) for name, body in statements.items()}
+
+
 class Queries:
-    """The named statements of ``queries.sql``, rendered for one installation.
+    """The named statements of ``queries.sql`` and ``admin.sql``, rendered for one installation.
 
     One attribute per ``-- name:`` block, declared here so that mypy rejects a misspelt name;
     the declared names and the file's are checked against each other when this module is
@@ -99,7 +125,6 @@ class Queries:
     job_claim: str
     job_finish_many: str
     job_release_unsure_claims: str
-    job_cancel: str
     job_get: str
     job_status_counts: str
     instance_register: str
@@ -112,6 +137,25 @@ class Queries:
     job_cleanup: str
     unique_lock_expire: str
     job_unknown_kinds: str
+    # admin.sql
+    job_list_id_desc: str
+    job_list_id_asc: str
+    job_list_due_asc: str
+    job_list_due_desc: str
+    job_filter_ids: str
+    job_filter_count: str
+    job_retry_many: str
+    job_cancel_many: str
+    job_delete_many: str
+    job_purge: str
+    job_purge_count: str
+    job_stats: str
+    job_running_list: str
+    queue_list: str
+    queue_known_names: str
+    queue_pause: str
+    queue_resume: str
+    instance_list: str
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -137,7 +181,8 @@ def _check_statement_names() -> None:
     if in_file != _STATEMENT_NAMES:
         only_file, only_class = in_file - _STATEMENT_NAMES, _STATEMENT_NAMES - in_file
         raise RuntimeError(
-            "pgqueue/sql/queries.sql and pgqueue.queries.Queries disagree: only in the file "
+            "pgqueue/sql/{queries,admin}.sql and pgqueue.queries.Queries disagree: only in the "
+            "files "
             f"{sorted(only_file)}, only declared {sorted(only_class)}"
         )
 

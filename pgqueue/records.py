@@ -1,16 +1,49 @@
-"""Value types that describe stored jobs, shared by the sync and asyncio clients.
+"""Value types that describe stored jobs, queues and workers, shared by both clients.
 
 Defined once here (never in ``_async``/``_sync``), so ``pgqueue.Client.get_job`` and
-``pgqueue.AsyncClient.get_job`` return the very same class, :class:`pgqueue.JobInfo`.
+``pgqueue.AsyncClient.get_job`` return the very same class, :class:`pgqueue.JobInfo`, and the
+admin API's calls the same records.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["JobInfo"]
+__all__ = [
+    "Attempt",
+    "BulkResult",
+    "JobInfo",
+    "JobPage",
+    "QueueStats",
+    "RunningJob",
+    "StatusCounts",
+    "WorkerInfo",
+]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt at running a job, as :attr:`JobInfo.attempt_history` lists it.
+
+    - ``number``: 1 for the first attempt; ``outcome``: ``"running"``, ``"completed"``,
+      ``"failed"`` (the attempt raised, timed out or was rescued; the job may have been retried),
+      or ``"cancelled"``.
+    - ``started_at``/``finished_at``/``duration`` (seconds of ``process``): ``None`` when
+      unknown or not yet ended; ``instance_id``: the worker process that ran it.
+    - ``error``/``traceback``: what a failed attempt raised.
+    """
+
+    number: int
+    outcome: str
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    duration: float | None = None
+    instance_id: uuid.UUID | None = None
+    error: str | None = None
+    traceback: str | None = None
 
 
 @dataclass(frozen=True)
@@ -27,6 +60,14 @@ class JobInfo:
       and, once the attempt ran, ``started_at`` and ``duration``.
     - ``duration``: how long the last attempt's ``process`` ran, in seconds (``None`` until an
       attempt has ended).
+    - ``claimed_by``/``claimed_at``: the worker process (instance id) that claimed the job last
+      and when; ``worker_id``: which of its slots. ``None`` for a job never claimed (or retried
+      by an operator since).
+    - ``attempt_history``: every attempt still on record, oldest first (see :class:`Attempt`):
+      the failed ones from ``errors`` (so at most the last 10), then the last one from the row.
+    - ``options``: the per-job runtime options (``timeout``, ``backoff``...);
+      ``unique_key``: set when enqueued with ``unique=``; ``cancel_requested_at``: when someone
+      asked to cancel it; ``last_error_at``: when ``last_error`` was recorded.
     """
 
     id: int
@@ -44,6 +85,141 @@ class JobInfo:
     errors: list[dict[str, Any]]
     job_id: str | None
     duration: float | None = None
+    claimed_by: uuid.UUID | None = None
+    claimed_at: datetime | None = None
+    worker_id: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    unique_key: str | None = None
+    cancel_requested_at: datetime | None = None
+    last_error_at: datetime | None = None
+    attempt_history: list[Attempt] = field(default_factory=list)
 
 
-JobInfo.__module__ = "pgqueue"
+@dataclass(frozen=True)
+class JobPage:
+    """One page of :meth:`~pgqueue.Client.list_jobs`: the jobs, and the cursor of the next page.
+
+    ``next_cursor`` is ``None`` on the last page; pass it as ``cursor=`` (with the same
+    filter and sort) for the next one. Paging is by key, never by offset: a page costs the same
+    however deep it is, and jobs added meanwhile do not shift the pages.
+    """
+
+    jobs: list[JobInfo]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    """What a retry, cancel, delete or purge did (or, with ``dry_run``, would do).
+
+    - ``action``: ``"retry"``, ``"cancel"``, ``"delete"`` or ``"purge"``.
+    - ``matched``: jobs found (by id) or matching the filter in a status the action applies to.
+    - ``changed``: jobs changed (retried, cancelled or asked to stop, deleted); 0 in a dry run.
+    - ``refused``: job id -> why it was left alone (a running job for retry or delete, a
+      finished one for cancel, a unique lock held by another job); ``missing``: ids not found.
+    - ``dry_run``: nothing was changed; ``matched`` says how many would be.
+    """
+
+    action: str
+    matched: int
+    changed: int
+    refused: dict[int, str] = field(default_factory=dict)
+    missing: list[int] = field(default_factory=list)
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class StatusCounts:
+    """How many jobs of a queue (or of one kind in it) are in each state.
+
+    ``available``: pending and due (waiting for a worker); ``scheduled``: pending, due later;
+    ``completed``: ``None`` unless asked for (``queue_stats(completed=True)``): the count grows
+    with the retained history. ``oldest_available_at``: when the longest-waiting available job
+    fell due (its age is how far behind the workers are).
+    """
+
+    available: int = 0
+    scheduled: int = 0
+    processing: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    completed: int | None = None
+    oldest_available_at: datetime | None = None
+
+    @property
+    def pending(self) -> int:
+        """Pending jobs, due or not (``available + scheduled``)."""
+        return self.available + self.scheduled
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """One queue as :meth:`~pgqueue.Client.queue_stats` sees it.
+
+    - ``counts``: the queue's :class:`StatusCounts`; ``kinds``: the same per job kind.
+    - ``oldest_available_age``: seconds since the longest-waiting available job fell due
+      (``None``: nothing is waiting): how far behind the queue is.
+    - ``paused``/``paused_at``: whether an operator paused it (``pause_queue``), since when.
+    - ``workers``: live worker processes serving it, and their ``concurrency`` in all.
+    - ``unknown_kinds``: kinds with available jobs that no live worker of the queue runs: they
+      wait until a worker that registers the kind starts.
+    """
+
+    queue: str
+    counts: StatusCounts
+    kinds: dict[str, StatusCounts]
+    oldest_available_age: float | None
+    paused: bool
+    paused_at: datetime | None
+    workers: int
+    concurrency: int
+    unknown_kinds: list[str]
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """A job a worker process is running (:attr:`WorkerInfo.running`)."""
+
+    id: int
+    kind: str
+    queue: str
+    attempt: int
+    max_attempts: int
+    started_at: datetime | None
+    worker_id: str | None
+    cancel_requested: bool
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A worker process registered in the database (:meth:`~pgqueue.Client.list_workers`).
+
+    ``queues`` maps each queue it serves to its concurrency; ``kinds`` the job kinds it runs
+    (``None``: written by an older pgqueue, every kind); ``heartbeat_age`` seconds since its last
+    heartbeat (a process whose heartbeat is older than the leader's ``rescue_after`` is
+    presumed dead and removed); ``is_leader``; ``running`` the jobs it holds now.
+    """
+
+    instance_id: uuid.UUID
+    hostname: str
+    pid: int
+    queues: dict[str, int]
+    kinds: list[str] | None
+    started_at: datetime
+    heartbeat_at: datetime
+    heartbeat_age: float
+    is_leader: bool
+    running: list[RunningJob]
+
+
+for _record in (
+    Attempt,
+    BulkResult,
+    JobInfo,
+    JobPage,
+    QueueStats,
+    RunningJob,
+    StatusCounts,
+    WorkerInfo,
+):
+    _record.__module__ = "pgqueue"

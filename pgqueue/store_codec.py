@@ -18,7 +18,7 @@ from typing import Any
 from .enqueue import PreparedJob
 from .execution import ClaimedJob, Outcome, read_options
 from .jobs import JobHandle
-from .records import JobInfo
+from .records import Attempt, JobInfo
 
 __all__ = [
     "COPY_COLUMNS",
@@ -107,8 +107,11 @@ def insert_params(job: PreparedJob, channel: str) -> tuple[Any, ...]:
 
 
 def insert_keyed_params(job: PreparedJob, channel: str) -> tuple[Any, ...]:
-    """Parameters of ``job_insert_keyed``: ``job_insert``'s, then the unique key ($11)."""
-    return (*insert_params(job, channel), job.unique_key)
+    """Parameters of ``job_insert_keyed``: ``job_insert``'s, then the unique key and ttl.
+
+    The key is $11, its ttl in seconds $12.
+    """
+    return (*insert_params(job, channel), job.unique_key, job.unique_seconds)
 
 
 def insert_many_params(jobs: Sequence[PreparedJob], channel: str) -> tuple[Any, ...]:
@@ -273,7 +276,7 @@ def finish_params(batch: Sequence[tuple[ClaimedJob, Outcome]]) -> tuple[list[Any
 
 
 def job_info(row: Row) -> JobInfo:
-    """Read one ``job_get`` row."""
+    """Read one row of the ``job_columns`` fragment (``job_get``, ``job_list_*``)."""
     (
         id_,
         kind,
@@ -287,10 +290,18 @@ def job_info(row: Row) -> JobInfo:
         scheduled_for,
         finished_at,
         last_error,
-        errors,
+        errors_text,
         key,
         duration,
+        instance_id,
+        worker_id,
+        locked_at,
+        options,
+        unique_key,
+        cancel_requested_at,
+        last_error_at,
     ) = row
+    errors = json.loads(errors_text)
     return JobInfo(
         id=id_,
         kind=kind,
@@ -304,7 +315,77 @@ def job_info(row: Row) -> JobInfo:
         scheduled_for=scheduled_for,
         finished_at=finished_at,
         last_error=last_error,
-        errors=json.loads(errors),
+        errors=errors,
         job_id=key,
         duration=duration,
+        claimed_by=_uuid(instance_id),
+        claimed_at=locked_at,
+        worker_id=worker_id,
+        options=json.loads(options),
+        unique_key=unique_key,
+        cancel_requested_at=cancel_requested_at,
+        last_error_at=last_error_at,
+        attempt_history=_attempt_history(
+            errors, status, attempts, locked_at, finished_at, duration, _uuid(instance_id)
+        ),
     )
+
+
+def _attempt_history(
+    errors: list[dict[str, Any]],
+    status: str,
+    attempts: int,
+    claimed_at: datetime | None,
+    finished_at: datetime | None,
+    duration: float | None,
+    instance_id: uuid.UUID | None,
+) -> list[Attempt]:
+    # Failed attempts are in the errors history (with the instance that ran them since schema
+    # version 4); the last attempt, when it did not fail, only in the row itself.
+    history = [
+        Attempt(
+            number=int(entry.get("attempt") or 0),
+            outcome="failed",
+            started_at=_moment(entry.get("started_at") or entry.get("claimed_at")),
+            finished_at=_moment(entry.get("at")),
+            duration=entry.get("duration"),
+            instance_id=_uuid(entry.get("instance_id")),
+            error=entry.get("error"),
+            traceback=entry.get("traceback") or None,
+        )
+        for entry in errors
+        if isinstance(entry, dict)
+    ]
+    recorded = {attempt.number for attempt in history}
+    if attempts > 0 and attempts not in recorded and claimed_at is not None:
+        outcome = {"processing": "running", "completed": "completed", "cancelled": "cancelled"}
+        if status in outcome:
+            history.append(
+                Attempt(
+                    number=attempts,
+                    outcome=outcome[status],
+                    started_at=claimed_at,
+                    finished_at=None if status == "processing" else finished_at,
+                    duration=None if status == "processing" else duration,
+                    instance_id=instance_id,
+                )
+            )
+    return history
+
+
+def _uuid(value: Any) -> uuid.UUID | None:
+    if value is None or isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None
+
+
+def _moment(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None

@@ -199,7 +199,7 @@ def finish_plan(
 
 
 def check_claim_plan(plan: dict[str, Any], settings: pgqueue.Settings, mode: str) -> None:
-    scans = check_index_access(plan, settings, {"jobs_claim_idx", "jobs_due_idx", "jobs_pkey"})
+    scans = check_index_access(plan, settings, {"jobs_claim_idx", "jobs_pending_idx", "jobs_pkey"})
     by_index = {s["Index Name"].removeprefix(settings.prefix): s for s in scans}
     # the due jobs in claim order, straight from the claim index; the claimed rows by id
     claim = by_index.get("jobs_claim_idx")

@@ -241,7 +241,7 @@ def test_queries_sql_and_the_declared_statement_names_must_agree(
     assert set(queries._raw_queries()) == names  # what the import checked
     extra = {**queries._raw_queries(), "job_undeclared": "SELECT 1"}
     monkeypatch.setattr(queries, "_raw_queries", lambda: extra)
-    with pytest.raises(RuntimeError, match=r"only in the file \['job_undeclared'\]"):
+    with pytest.raises(RuntimeError, match=r"only in the files \['job_undeclared'\]"):
         queries._check_statement_names()
     missing = {k: v for k, v in extra.items() if k not in ("job_undeclared", "job_claim")}
     monkeypatch.setattr(queries, "_raw_queries", lambda: missing)

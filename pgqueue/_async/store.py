@@ -17,12 +17,14 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, NoReturn
 
+from ..admin_codec import ActionRow, QueueRow, action_rows, running_jobs, workers_build
 from ..enqueue import PreparedJob
 from ..errors import DatabaseError, JobIdConflict, SchemaNotMigrated
 from ..execution import ClaimedJob, Outcome
+from ..job_filter import JobFilter
 from ..jobs import JobHandle
 from ..queries import Migration, Queries, queries_for
-from ..records import JobInfo
+from ..records import JobInfo, WorkerInfo
 from ..settings import Settings
 from ..store_codec import (
     COPY_COLUMNS,
@@ -236,11 +238,6 @@ class AsyncStore:
         rows = await self._query(self._q.job_status_counts)
         return {str(status): int(count) for status, count in rows}
 
-    async def job_cancel(self, job_id: int) -> str | None:
-        """Cancel a pending job, or ask a running one to stop; return the status it had."""
-        rows = await self._query(self._q.job_cancel, (job_id, self.settings.channel))
-        return str(rows[0][0]) if rows else None
-
     # -- running jobs -------------------------------------------------------------------------
 
     async def job_claim(
@@ -318,3 +315,101 @@ class AsyncStore:
         """Due jobs of ``queues`` whose kind no live instance runs (``kinds``: ours)."""
         rows = await self._query(self._q.job_unknown_kinds, (queues, kinds))
         return [UnknownKind(str(q), str(k), int(n)) for q, k, n in rows]
+
+    # -- the admin API (sql/admin.sql) ------------------------------------------------------------
+
+    async def job_list(
+        self,
+        job_filter: JobFilter,
+        sort: str,
+        after: tuple[int, Any] | None,
+        limit: int,
+    ) -> list[JobInfo]:
+        """Return a page of jobs matching ``job_filter`` in ``sort`` order.
+
+        ``after``: the id and due time of the previous page's last row (``None``: first page).
+        """
+        statement = {
+            "-id": self._q.job_list_id_desc,
+            "id": self._q.job_list_id_asc,
+            "due": self._q.job_list_due_asc,
+            "-due": self._q.job_list_due_desc,
+        }[sort]
+        last_id, last_due = after if after is not None else (None, None)
+        rows = await self._query(statement, (*job_filter.params(), last_id, last_due, limit))
+        return [job_info(row) for row in rows]
+
+    async def job_filter_ids(
+        self, job_filter: JobFilter, statuses: list[str], after_id: int, limit: int
+    ) -> list[int]:
+        """Return the ids of up to ``limit`` jobs matching the filter in ``statuses``."""
+        rows = await self._query(
+            self._q.job_filter_ids, (*job_filter.params(), after_id, statuses, limit)
+        )
+        return [int(row[0]) for row in rows]
+
+    async def job_filter_count(self, job_filter: JobFilter, statuses: list[str]) -> int:
+        """Return how many jobs match the filter in ``statuses``."""
+        rows = await self._query(self._q.job_filter_count, (*job_filter.params(), statuses))
+        return int(rows[0][0])
+
+    async def job_retry_many(self, ids: Sequence[int]) -> list[ActionRow]:
+        """Retry jobs ``ids`` now (see ``job_retry_many`` in admin.sql); one row per id found."""
+        rows = await self._query(self._q.job_retry_many, (list(ids), self.settings.channel))
+        return action_rows(rows)
+
+    async def job_cancel_many(self, ids: Sequence[int]) -> list[ActionRow]:
+        """Cancel pending jobs ``ids``, ask running ones to stop; one row per id found."""
+        rows = await self._query(self._q.job_cancel_many, (list(ids), self.settings.channel))
+        return action_rows(rows)
+
+    async def job_delete_many(self, ids: Sequence[int]) -> list[ActionRow]:
+        """Delete jobs ``ids`` that are not running; one row per id found."""
+        rows = await self._query(self._q.job_delete_many, (list(ids),))
+        return action_rows(rows)
+
+    async def job_purge(
+        self, older_than: float, queues: list[str] | None, statuses: list[str], limit: int
+    ) -> int:
+        """Delete up to ``limit`` jobs finished more than ``older_than`` seconds ago; how many."""
+        rows = await self._query(self._q.job_purge, (older_than, queues, statuses, limit))
+        return len(rows)
+
+    async def job_purge_count(
+        self, older_than: float, queues: list[str] | None, statuses: list[str]
+    ) -> int:
+        """Return how many jobs :meth:`job_purge` would delete in all."""
+        rows = await self._query(self._q.job_purge_count, (older_than, queues, statuses))
+        return int(rows[0][0])
+
+    async def job_stats(self, queues: list[str] | None, completed: bool) -> list[tuple[Any, ...]]:
+        """Return the ``job_stats`` rows, for ``admin_codec.queue_stats_build``."""
+        return await self._query(self._q.job_stats, (queues, completed))
+
+    async def queue_list(self) -> list[QueueRow]:
+        """Return every queue with a row (paused now, or once)."""
+        rows = await self._query(self._q.queue_list)
+        return [QueueRow(str(name), paused_at, updated_at) for name, paused_at, updated_at in rows]
+
+    async def queue_known_names(self) -> list[str]:
+        """Return every queue that has a row, a worker serving it, or unfinished jobs."""
+        return [str(row[0]) for row in await self._query(self._q.queue_known_names)]
+
+    async def queue_pause(self, queues: Sequence[str]) -> list[str]:
+        """Pause ``queues``; return their names."""
+        rows = await self._query(self._q.queue_pause, (list(queues),))
+        return sorted(str(row[0]) for row in rows)
+
+    async def queue_resume(self, queues: Sequence[str] | None) -> list[str]:
+        """Resume ``queues`` (``None``: all) and wake their workers; return those resumed."""
+        rows = await self._query(
+            self._q.queue_resume,
+            (None if queues is None else list(queues), self.settings.channel),
+        )
+        return [str(row[0]) for row in rows]
+
+    async def worker_list(self) -> list[WorkerInfo]:
+        """Return every registered worker process, with the jobs it runs."""
+        instances = await self._query(self._q.instance_list)
+        running = running_jobs(await self._query(self._q.job_running_list))
+        return workers_build(instances, running)

@@ -24,13 +24,13 @@ from ..errors import (
     InvalidJobOptions,
     JobIdConflict,
 )
-from ..events import AdminAction, EventHub, JobsEnqueued, LogSubscriber
+from ..events import EventHub, JobsEnqueued, LogSubscriber
 from ..frameworks import native_transaction
 from ..jobs import JobHandle, Worker, WorkerRegistry
 from ..options import JobOptionKwargs, JobOptions
-from ..records import JobInfo
 from ..runtime_config import RuntimeConfig
 from ..settings import Settings
+from .admin import Admin
 from .driver import Driver
 from .runtime import Runtime
 from .schema import schema_migrate, schema_uninstall, schema_version
@@ -70,12 +70,14 @@ def _conflict(error: DuplicateJobError, existing: JobHandle | None, on_conflict:
     raise error
 
 
-class Client:
-    """Enqueues and runs jobs through an :class:`Driver`.
+class Client(Admin):
+    """Enqueues and runs jobs through an :class:`Driver`, and answers the operator.
 
     Build one with :meth:`connect` from a URL or a driver-native pool/connection, or pass a
     driver to the constructor. ``registry``, when given, restricts enqueueing to known kinds
     and is what :meth:`start` runs. Use it as an async context manager, or call :meth:`close`.
+    The admin calls (``list_jobs``, ``retry_jobs``, ``pause_queue``, ``queue_stats``...) are
+    inherited from :class:`~pgqueue._sync.admin.Admin`.
     """
 
     def __init__(
@@ -235,27 +237,6 @@ class Client:
             self.stop(0.0 if runtime._immediate else None)
         if runtime.fatal is not None:
             raise runtime.fatal
-
-    # -- inspecting and cancelling ------------------------------------------------------------
-
-    def cancel_job(self, job_id: int) -> str | None:
-        """Cancel a job: a pending one never runs; a running one has its context signalled.
-
-        Returns the status the job had (``"pending"`` or ``"processing"``), or ``None`` when
-        it was already finished or does not exist.
-        """
-        was = self._store.job_cancel(job_id)
-        if was is not None and self.events.wants(AdminAction):
-            self.events.emit(AdminAction("cancel", (job_id,), {"was": was}))
-        return was
-
-    def get_job(self, job_id: int) -> JobInfo | None:
-        """Return a job's current state, or ``None`` if it does not exist (any more)."""
-        return self._store.job_get(job_id)
-
-    def job_counts(self) -> dict[str, int]:
-        """Return how many jobs there are in each status."""
-        return self._store.job_status_counts()
 
     # -- enqueue ----------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ CREATE SCHEMA IF NOT EXISTS {{schema}};
 -- uninstall(): pgqueue's own tables (their indexes, sequences and trigger go with them; the
 -- trigger function is schema_function_drop). Nothing else in the schema is touched.
 DROP TABLE IF EXISTS {{schema}}.{{jobs}}, {{schema}}.{{unique_locks}}, {{schema}}.{{instances}},
-    {{schema}}.{{migrations}} CASCADE;
+    {{schema}}.{{queues}}, {{schema}}.{{migrations}} CASCADE;
 
 -- name: schema_function_drop
 DROP FUNCTION IF EXISTS {{schema}}.{{unique_release}}();
@@ -60,15 +60,16 @@ SELECT ins.id, ins.scheduled_for, pg_notify($10, 'q:' || ins.queue)::text
 FROM ins;
 
 -- name: job_insert_keyed
--- A job with a caller-chosen id ($8) and/or a unique key ($11): no row when the id is taken.
--- The unique lock is taken by unique_lock_take in the same transaction.
+-- A job with a caller-chosen id ($8) and/or a unique key ($11, held for $12 seconds): no row
+-- when the id is taken. The unique lock is taken by unique_lock_take in the same transaction.
 WITH ins AS (
     INSERT INTO {{schema}}.{{jobs}} (
-        kind, queue, payload, priority, max_attempts, scheduled_for, key, options, unique_key
+        kind, queue, payload, priority, max_attempts, scheduled_for, key, options, unique_key,
+        unique_ttl
     ) VALUES (
         $1, $2, $3::jsonb, $4, $5,
         coalesce($6::timestamptz, now() + coalesce($7::float8, 0) * interval '1 second'),
-        $8, $9::jsonb, $11
+        $8, $9::jsonb, $11, $12::float8
     )
     ON CONFLICT (key) WHERE key IS NOT NULL DO NOTHING
     RETURNING id, scheduled_for, queue
@@ -147,6 +148,9 @@ SELECT count(pg_notify($1, 'q:' || q)) FROM unnest($2::text[]) AS q;
 -- Only a registered instance claims: one that the leader presumed dead (it stalled past
 -- rescue_after) claims nothing until its heartbeat registers it again, or the jobs it took
 -- would look abandoned and be rescued while it runs them.
+-- A paused queue (queue_pause) gives nothing, and no next due time: its workers sleep until
+-- queue_resume wakes them. Read here, in the claim, the pause holds from the next claim of
+-- every worker, with nothing cached that could be stale.
 WITH durability AS MATERIALIZED (
     SELECT set_config('synchronous_commit', 'off', true)
 ), next AS (
@@ -154,6 +158,9 @@ WITH durability AS MATERIALIZED (
     WHERE j.status = 'pending' AND j.queue = $1 AND j.scheduled_for <= now()
         AND j.kind = ANY($2::text[])
         AND EXISTS (SELECT 1 FROM {{schema}}.{{instances}} i WHERE i.instance_id = $4)
+        AND NOT EXISTS (
+            SELECT 1 FROM {{schema}}.{{queues}} p WHERE p.name = $1 AND p.paused_at IS NOT NULL
+        )
     ORDER BY j.priority DESC, j.scheduled_for, j.id
     LIMIT $3
     FOR UPDATE OF j SKIP LOCKED
@@ -176,6 +183,9 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
     FROM {{schema}}.{{jobs}} f
     WHERE f.status = 'pending' AND f.queue = $1 AND f.scheduled_for > now()
         AND f.kind = ANY($2::text[])
+        AND NOT EXISTS (
+            SELECT 1 FROM {{schema}}.{{queues}} p WHERE p.name = $1 AND p.paused_at IS NOT NULL
+        )
 )
 WHERE (SELECT count(*) FROM claimed) < $3;
 
@@ -185,6 +195,7 @@ WHERE (SELECT count(*) FROM claimed) < $3;
 -- for an 'error' ('pending' to retry, 'failed', 'cancelled'), $5 delay in seconds (retry,
 -- snooze), $6 error message, $7 error history entry (a JSON object; the last 10 are kept),
 -- $8 how long process() ran, in seconds (NULL when it did not end: the stored value stays).
+-- The history entry gets the instance that ran the attempt and when it claimed the job.
 -- Actions: 'complete'; 'error' (retry, fail or cancel, with the error recorded); 'snooze'
 -- (Retry(in_=...): run again after the delay, the attempt not counted); 'release' (shutdown
 -- cut the job off: pending again at once without charging the attempt, or cancelled if a
@@ -222,7 +233,10 @@ SET status = CASE o.action
         SELECT coalesce(jsonb_agg(e.value ORDER BY e.ord), '[]'::jsonb)
         FROM (
             SELECT value, ord
-            FROM jsonb_array_elements(j.errors || jsonb_build_array(o.error::jsonb))
+            FROM jsonb_array_elements(j.errors || jsonb_build_array(
+                o.error::jsonb
+                || jsonb_build_object('instance_id', j.instance_id, 'claimed_at', j.locked_at)
+            ))
                 WITH ORDINALITY AS h(value, ord)
             ORDER BY ord DESC
             LIMIT 10
@@ -259,32 +273,17 @@ SET status = CASE WHEN j.cancel_requested_at IS NULL THEN 'pending' ELSE 'cancel
 WHERE j.status = 'processing' AND j.instance_id = $1 AND j.lease_token = ANY($2::uuid[])
 RETURNING j.id;
 
--- name: job_cancel
--- A pending job is cancelled at once; a running one gets cancel_requested_at and its worker is
--- told through the wake-up channel ($2). Returns the status the job had.
-WITH target AS (
-    SELECT id, status FROM {{schema}}.{{jobs}}
-    WHERE id = $1 AND status IN ('pending', 'processing')
-    FOR UPDATE
-), changed AS (
-    UPDATE {{schema}}.{{jobs}} AS j
-    SET status = CASE WHEN t.status = 'pending' THEN 'cancelled' ELSE j.status END,
-        finished_at = CASE WHEN t.status = 'pending' THEN now() ELSE j.finished_at END,
-        last_error = CASE WHEN t.status = 'pending' THEN 'cancelled before it ran'
-            ELSE j.last_error END,
-        last_error_at = CASE WHEN t.status = 'pending' THEN now() ELSE j.last_error_at END,
-        cancel_requested_at = now()
-    FROM target t
-    WHERE j.id = t.id
-    RETURNING j.id, t.status AS was
-)
-SELECT was, CASE WHEN was = 'processing' THEN pg_notify($2, 'c:' || id) END::text FROM changed;
+-- fragment: job_columns
+-- Every column a JobInfo reads (store_codec.job_info decodes them in this order).
+j.id, j.kind, j.queue, j.payload::text, j.status, j.priority, j.attempts, j.max_attempts,
+j.created_at, j.scheduled_for, j.finished_at, j.last_error, j.errors::text, j.key, j.duration,
+j.instance_id, j.worker_id, j.locked_at, j.options::text, j.unique_key, j.cancel_requested_at,
+j.last_error_at
 
 -- name: job_get
-SELECT id, kind, queue, payload::text, status, priority, attempts, max_attempts, created_at,
-    scheduled_for, finished_at, last_error, errors::text, key, duration
-FROM {{schema}}.{{jobs}}
-WHERE id = $1;
+SELECT {{> job_columns}}
+FROM {{schema}}.{{jobs}} j
+WHERE j.id = $1;
 
 -- name: job_status_counts
 SELECT status, count(*) FROM {{schema}}.{{jobs}} GROUP BY status;
@@ -331,6 +330,7 @@ RETURNING instance_id;
 -- so its place at the head of its queue: it has waited longest, and behind a backlog it would
 -- otherwise wait for the whole backlog again. Idle workers of the queues of jobs back to pending
 -- are woken on channel $2 (PostgreSQL sends identical notifications of one transaction once).
+-- The lost attempt goes into the error history (the last 10 kept), as a failed one does.
 WITH stuck AS (
     SELECT j.id FROM {{schema}}.{{jobs}} j
     WHERE j.status = 'processing'
@@ -350,7 +350,21 @@ WITH stuck AS (
         lease_token = NULL,
         last_error = 'the worker running this job stopped heartbeating (instance '
             || coalesce(j.instance_id::text, '?') || '); rescued',
-        last_error_at = now()
+        last_error_at = now(),
+        errors = (
+            SELECT coalesce(jsonb_agg(e.value ORDER BY e.ord), '[]'::jsonb)
+            FROM (
+                SELECT value, ord
+                FROM jsonb_array_elements(j.errors || jsonb_build_array(jsonb_build_object(
+                    'attempt', j.attempts, 'at', now(),
+                    'error', 'the worker running this job stopped heartbeating; rescued',
+                    'traceback', '', 'instance_id', j.instance_id, 'claimed_at', j.locked_at,
+                    'started_at', j.locked_at
+                ))) WITH ORDINALITY AS h(value, ord)
+                ORDER BY ord DESC
+                LIMIT 10
+            ) e
+        )
     FROM stuck
     WHERE j.id = stuck.id
     RETURNING j.id, j.status, j.queue
