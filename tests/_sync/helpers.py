@@ -23,3 +23,15 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout}s: {what or predicate}")
         sleep(interval)
+
+
+def wait_for_state(check: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
+    """Like :func:`wait_until`, for a check that asks the client (a coroutine here)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout}s: {what or check}")
+        sleep(0.05)
