@@ -89,11 +89,16 @@ class Work(pgqueue.Worker):
     # extra sleep on the first attempt (still running when the test gets round to faulting it)
     first_sleep: float = 0.0
     blob: str = ""
+    # raise (after recording that the run returned) on attempts up to this one
+    fail_until_attempt: int = 0
 
     def process(self, ctx: pgqueue.JobContext) -> None:
         run_id = record_start(ctx, self.tag)
         if ctx.attempt <= self.exit_until_attempt:
             os._exit(7)
+        if ctx.attempt <= self.fail_until_attempt:
+            record_return(run_id)
+            raise RuntimeError(f"fault.work fails attempt {ctx.attempt} on purpose")
         sleep = self.sleep + (self.first_sleep if ctx.attempt == 1 else 0.0)
         if sleep:
             time.sleep(sleep)
