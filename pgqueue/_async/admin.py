@@ -318,12 +318,22 @@ class AsyncAdmin:
         self._emit(action, (job_id,), was=row.status)
         return row.status
 
-    async def _apply(self, store: AsyncStore, action: str, ids: Sequence[int]) -> list[ActionRow]:
+    async def _apply(
+        self,
+        store: AsyncStore,
+        action: str,
+        ids: Sequence[int],
+        statuses: Sequence[str] | None = None,
+    ) -> list[ActionRow]:
+        # ``statuses``: what a filter asked for, checked again under each row's lock (a job
+        # claimed or finished since its id was read is left alone); by id, whatever the action
+        # applies to.
+        allowed = sorted(ACTION_STATUSES[action]) if statuses is None else list(statuses)
         if action == "retry":
-            return await store.job_retry_many(ids)
+            return await store.job_retry_many(ids, allowed)
         if action == "cancel":
-            return await store.job_cancel_many(ids)
-        return await store.job_delete_many(ids)
+            return await store.job_cancel_many(ids, allowed)
+        return await store.job_delete_many(ids, allowed)
 
     async def _bulk(
         self,
@@ -360,11 +370,11 @@ class AsyncAdmin:
                 break
             after = batch[-1]
             seen += len(batch)
-            for row in await self._apply(store, action, batch):
+            for row in await self._apply(store, action, batch, statuses):
                 if row.changed:
                     changed_ids.append(row.id)
-                elif row.status in statuses:  # a unique lock held by another job
-                    refused[row.id] = _reason(action, row)
+                else:  # claimed or ended since the batch was read, or a unique lock held
+                    refused[row.id] = _reason(action, row, statuses)
             if on_progress is not None:
                 on_progress(len(changed_ids), seen)
             if len(batch) < batch_size:
@@ -404,8 +414,8 @@ class AsyncAdmin:
         )
 
 
-def _reason(action: str, row: ActionRow) -> str:
-    if row.status == "processing":
+def _reason(action: str, row: ActionRow, statuses: Sequence[str] | None = None) -> str:
+    if row.status == "processing" and action != "cancel":
         return "it is running: " + (
             "wait for it to end, or cancel it first"
             if action == "retry"
@@ -417,10 +427,14 @@ def _reason(action: str, row: ActionRow) -> str:
             "delete it first"
         )
     if action == "cancel":
+        if row.status == "processing":
+            return "it started running after it was selected: cancel it by id to stop it"
+        if row.status == "pending":
+            return "it is pending, which the filter did not ask for"
         return f"it has already ended ({row.status})"
-    if action == "retry" and row.status in ACTION_STATUSES["retry"]:
-        return "another job being retried with it takes its unique lock"
-    return f"{action} does not apply to a {row.status} job"
+    if row.status in (ACTION_STATUSES[action] if statuses is None else statuses):
+        return "another job retried with it, with the same unique key, took the lock"
+    return f"it is {row.status} now, which the filter did not ask for"
 
 
 def _past(action: str) -> str:

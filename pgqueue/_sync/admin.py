@@ -314,12 +314,22 @@ class Admin:
         self._emit(action, (job_id,), was=row.status)
         return row.status
 
-    def _apply(self, store: Store, action: str, ids: Sequence[int]) -> list[ActionRow]:
+    def _apply(
+        self,
+        store: Store,
+        action: str,
+        ids: Sequence[int],
+        statuses: Sequence[str] | None = None,
+    ) -> list[ActionRow]:
+        # ``statuses``: what a filter asked for, checked again under each row's lock (a job
+        # claimed or finished since its id was read is left alone); by id, whatever the action
+        # applies to.
+        allowed = sorted(ACTION_STATUSES[action]) if statuses is None else list(statuses)
         if action == "retry":
-            return store.job_retry_many(ids)
+            return store.job_retry_many(ids, allowed)
         if action == "cancel":
-            return store.job_cancel_many(ids)
-        return store.job_delete_many(ids)
+            return store.job_cancel_many(ids, allowed)
+        return store.job_delete_many(ids, allowed)
 
     def _bulk(
         self,
@@ -356,11 +366,11 @@ class Admin:
                 break
             after = batch[-1]
             seen += len(batch)
-            for row in self._apply(store, action, batch):
+            for row in self._apply(store, action, batch, statuses):
                 if row.changed:
                     changed_ids.append(row.id)
-                elif row.status in statuses:  # a unique lock held by another job
-                    refused[row.id] = _reason(action, row)
+                else:  # claimed or ended since the batch was read, or a unique lock held
+                    refused[row.id] = _reason(action, row, statuses)
             if on_progress is not None:
                 on_progress(len(changed_ids), seen)
             if len(batch) < batch_size:
@@ -400,8 +410,8 @@ class Admin:
         )
 
 
-def _reason(action: str, row: ActionRow) -> str:
-    if row.status == "processing":
+def _reason(action: str, row: ActionRow, statuses: Sequence[str] | None = None) -> str:
+    if row.status == "processing" and action != "cancel":
         return "it is running: " + (
             "wait for it to end, or cancel it first"
             if action == "retry"
@@ -413,10 +423,14 @@ def _reason(action: str, row: ActionRow) -> str:
             "delete it first"
         )
     if action == "cancel":
+        if row.status == "processing":
+            return "it started running after it was selected: cancel it by id to stop it"
+        if row.status == "pending":
+            return "it is pending, which the filter did not ask for"
         return f"it has already ended ({row.status})"
-    if action == "retry" and row.status in ACTION_STATUSES["retry"]:
-        return "another job being retried with it takes its unique lock"
-    return f"{action} does not apply to a {row.status} job"
+    if row.status in (ACTION_STATUSES[action] if statuses is None else statuses):
+        return "another job retried with it, with the same unique key, took the lock"
+    return f"it is {row.status} now, which the filter did not ask for"
 
 
 def _past(action: str) -> str:

@@ -347,19 +347,23 @@ class Store:
         rows = self._query(self._q.job_filter_count, (*job_filter.params(), statuses))
         return int(rows[0][0])
 
-    def job_retry_many(self, ids: Sequence[int]) -> list[ActionRow]:
-        """Retry jobs ``ids`` now (see ``job_retry_many`` in admin.sql); one row per id found."""
-        rows = self._query(self._q.job_retry_many, (list(ids), self.settings.channel))
+    def job_retry_many(self, ids: Sequence[int], statuses: Sequence[str]) -> list[ActionRow]:
+        """Retry jobs ``ids`` that are in ``statuses`` now; one row per id found."""
+        rows = self._query(
+            self._q.job_retry_many, (list(ids), self.settings.channel, list(statuses))
+        )
         return action_rows(rows)
 
-    def job_cancel_many(self, ids: Sequence[int]) -> list[ActionRow]:
-        """Cancel pending jobs ``ids``, ask running ones to stop; one row per id found."""
-        rows = self._query(self._q.job_cancel_many, (list(ids), self.settings.channel))
+    def job_cancel_many(self, ids: Sequence[int], statuses: Sequence[str]) -> list[ActionRow]:
+        """Cancel jobs ``ids`` in ``statuses`` (ask running ones to stop); a row per id found."""
+        rows = self._query(
+            self._q.job_cancel_many, (list(ids), self.settings.channel, list(statuses))
+        )
         return action_rows(rows)
 
-    def job_delete_many(self, ids: Sequence[int]) -> list[ActionRow]:
-        """Delete jobs ``ids`` that are not running; one row per id found."""
-        rows = self._query(self._q.job_delete_many, (list(ids),))
+    def job_delete_many(self, ids: Sequence[int], statuses: Sequence[str]) -> list[ActionRow]:
+        """Delete jobs ``ids`` in ``statuses`` (never running ones); one row per id found."""
+        rows = self._query(self._q.job_delete_many, (list(ids), list(statuses)))
         return action_rows(rows)
 
     def job_purge(

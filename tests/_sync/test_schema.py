@@ -36,6 +36,7 @@ def test_migrate_creates_tables_and_is_idempotent(
         "pgqueue_jobs",
         "pgqueue_unique_locks",
         "pgqueue_instances",
+        "pgqueue_queues",
         "pgqueue_migrations",
     }
 

@@ -466,12 +466,6 @@ RACES: dict[str, tuple[str, Callable[[ModeClient], pgqueue.BulkResult]]] = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: job_retry_many/job_delete_many/job_cancel_many check only the statuses the "
-    "action applies to, not the filter's: a job that left the filtered status between the "
-    "batch's read and the action's lock is acted on all the same",
-)
 @pytest.mark.parametrize("action", sorted(RACES))
 def test_bulk_action_by_filter_checks_the_status_again_under_its_lock(
     fleet: Fleet, admin: ModeClient, action: str
