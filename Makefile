@@ -81,6 +81,10 @@ bench: $(BENCH_STAMP) ## Benchmarks vs PGQueuer and procrastinate (~1 h; BENCH_A
 bench-quick: $(BENCH_STAMP) ## A few-minute smoke run of the benchmarks (not for numbers)
 	$(BENCH_VENV)/bin/python -m benchmarks.run --quick $(BENCH_ARGS)
 
+.PHONY: bench-admin
+bench-admin: $(BENCH_STAMP) ## Admin API reads on 1M finished + 100k pending jobs (~1 min; BENCH_ARGS="--help")
+	$(BENCH_VENV)/bin/python -m benchmarks.admin_queries $(BENCH_ARGS)
+
 .PHONY: docs
 docs: ## List the documentation
 	@ls docs/*.md

@@ -339,7 +339,9 @@ def main() -> None:
     parser.add_argument("--subjects", default=",".join(ALL))
     parser.add_argument(
         "--scenarios",
-        default="enqueue_single,enqueue_bulk,drain,drain_2proc,latency,claim_cost,memory",
+        default="enqueue_single,enqueue_bulk,drain,drain_2proc,latency,claim_cost,memory,admin",
+        help="admin: the admin API's reads on 1M finished + 100k pending jobs, pgqueue only "
+        "(benchmarks/admin_queries.py, results of its own: results/<time>-admin.json)",
     )
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument(
@@ -486,8 +488,12 @@ def main() -> None:
         or RESULTS
         / f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}{'-quick' if args.quick else ''}.json"
     )
-    out.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"results: {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+    if runs:  # not for "--scenarios admin" alone, which writes a results file of its own
+        out.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"results: {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+    if "admin" in scenarios:
+        cmd = [sys.executable, "-m", "benchmarks.admin_queries", "--dsn", args.dsn]
+        subprocess.run(cmd + (["--quick"] if args.quick else []), cwd=ROOT, check=True)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,10 @@
 -- after/before. One statement for every combination: PostgreSQL plans each call with the
 -- values it is given (a custom plan), so a NULL filter costs nothing and a status or queue
 -- still reaches its index. A list of one status, queue or kind becomes an equality (the CASE
--- folds away in a custom plan): `status = ANY('{failed}')` would read every failed job to sort
--- them, where `status = 'failed'` reads jobs_ended_idx in id order and stops after a page.
+-- folds away in a custom plan): PostgreSQL 15 uses an index for `status = ANY('{failed}')` but
+-- not for its order, and scanned the primary key backwards through the pending backlog to
+-- find a page of failed jobs; `status = 'failed'` reads jobs_ended_idx in id order and stops
+-- after the page (docs/schema.md, "Admin queries and their indexes").
 ($1::text[] IS NULL OR CASE WHEN cardinality($1::text[]) = 1 THEN j.status = ($1::text[])[1]
     ELSE j.status = ANY($1::text[]) END)
 AND ($2::text[] IS NULL OR CASE WHEN cardinality($2::text[]) = 1 THEN j.queue = ($2::text[])[1]
@@ -216,7 +218,7 @@ WHERE j.status IN ('completed', 'failed', 'cancelled')
 -- Counts per queue and kind, one row per (queue, kind, what): 'available' (pending and due;
 -- with the oldest due time), 'scheduled' (pending, due later), 'processing', 'failed',
 -- 'cancelled', and 'completed' only when $2 is true (the one count that grows with the table's
--- history: about 300 ms per million completed jobs). Queues $1 (NULL: all). Each part reads a
+-- history: about 250 ms per million completed jobs). Queues $1 (NULL: all). Each part reads a
 -- partial index (jobs_pending_idx, jobs_processing_idx, jobs_ended_idx) without visiting the
 -- table, so the statement costs what the unfinished, failed and cancelled jobs weigh, not the
 -- completed ones. Pending jobs are grouped by queue and kind only, available and scheduled
