@@ -23,7 +23,7 @@ from ..errors import DatabaseError, JobIdConflict, SchemaNotMigrated
 from ..execution import ClaimedJob, Outcome
 from ..job_filter import JobFilter
 from ..jobs import JobHandle
-from ..queries import Migration, Queries, queries_for
+from ..queries import Migration, Queries, migrations_for, queries_for
 from ..records import JobInfo, WorkerInfo
 from ..settings import Settings
 from ..store_codec import (
@@ -149,6 +149,22 @@ class AsyncStore:
             return None
         version = (await self.driver.query(self._q.migration_current_version))[0][0]
         return None if version is None else int(version)
+
+    async def schema_require_current(self) -> None:
+        """Raise :class:`~pgqueue.SchemaNotMigrated` unless every migration is applied.
+
+        A worker checks this at start: on an older schema its statements would fail one by one
+        (the claim first, every poll), where this says once what to run.
+        """
+        version = await self.schema_version()
+        latest = migrations_for(self.settings)[-1].version
+        if version is None or version < latest:
+            raise SchemaNotMigrated(
+                f"pgqueue's tables in schema {self.settings.schema!r} (prefix "
+                f"{self.settings.prefix!r}) are at version {version or 'none'}, and this "
+                f"version of pgqueue needs version {latest}: run client.migrate() or "
+                "`pgqueue migrate` (or `pgqueue worker --migrate`) first"
+            )
 
     async def schema_uninstall(self) -> None:
         """Drop pgqueue's tables; then the schema itself, unless it is ``public`` or not empty."""

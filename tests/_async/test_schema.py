@@ -7,6 +7,7 @@ import pytest
 import pgqueue
 from pgqueue._async.compat import gather
 from pgqueue.queries import migrations_for
+from tests import jobs
 from tests._async.test_enqueue import SendEmail
 
 pytestmark = pytest.mark.timeout(60)
@@ -133,3 +134,19 @@ async def test_uninstall_keeps_what_else_lives_in_the_schema(
     assert await b.schema_version() == LATEST
     await b.add_job(SendEmail(to="b"))  # b's trigger function is its own: b still works
     assert db.value(f'SELECT count(*) FROM "{schema}".b_jobs') == 1
+
+
+async def test_a_worker_refuses_to_start_on_an_older_schema(
+    driver: pgqueue.AsyncDriver, settings: pgqueue.Settings, db
+) -> None:
+    client = pgqueue.AsyncClient(driver, registry=jobs.registry, settings=settings)
+    await client.migrate()
+    # as a schema of the previous version looks: without the last migration's table and row
+    db.rows(f'DROP TABLE "{settings.schema}".pgqueue_queues')
+    db.rows(f'DELETE FROM "{settings.schema}".pgqueue_migrations WHERE version = {LATEST}')
+    with pytest.raises(pgqueue.SchemaNotMigrated, match=f"version {LATEST - 1}.*pgqueue migrate"):
+        await client.start()
+    assert db.value(f'SELECT count(*) FROM "{settings.schema}".pgqueue_instances') == 0
+    await client.migrate()
+    await client.start()
+    await client.stop(0)

@@ -178,6 +178,7 @@ class Runtime:
     def start(self) -> None:
         """Register this instance and start the loops."""
         # a missing or outdated schema raises SchemaNotMigrated, which says what to run
+        self._store.schema_require_current()
         self._store.instance_register(self._identity)
         self._executor.open()
         self._flusher = spawn(self._writer.run, name="pgqueue-flusher")
