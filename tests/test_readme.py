@@ -130,3 +130,65 @@ def test_the_readme_quickstart_runs(fresh_database: str, tmp_path: Path) -> None
         assert statuses() == {"completed": 101, "pending": 1}
     finally:
         db.conn.close()
+
+
+def operator_commands() -> tuple[str, list[str]]:
+    """The "Operating it" block: its ``export PGQUEUE_DSN=...`` URL and its commands."""
+    text = README.read_text()
+    section = text[text.index("### Operating it") :]
+    section = section[: re.search(r"\n##+ ", section[1:]).start() + 1]  # type: ignore[union-attr]
+    (block,) = re.findall(r"```sh\n(.*?)```", section, re.S)
+    lines = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
+    export, *commands = lines
+    assert export.startswith("export PGQUEUE_DSN="), export
+    return export.removeprefix("export PGQUEUE_DSN="), commands
+
+
+def test_the_readme_operator_commands_run(fresh_database: str) -> None:
+    url, commands = operator_commands()
+    assert url == README_URL
+    assert commands == [
+        "pgqueue stats",
+        "pgqueue jobs list --status failed",
+        "pgqueue jobs retry --status failed",
+    ]
+    db = Db(fresh_database)
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "pgqueue", "migrate", "--dsn", fresh_database],
+            check=True,
+            capture_output=True,
+        )
+        db.rows(
+            "INSERT INTO pgqueue_jobs (kind, queue, payload, status, attempts, max_attempts, "
+            "finished_at, last_error) VALUES ('send_email', 'default', '{}', 'failed', 3, 3, "
+            "now(), 'SMTPError: 421 try again later')"
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PGQUEUE_")}
+        env.pop("DATABASE_URL", None)
+        env["PGQUEUE_DSN"] = fresh_database
+
+        def run(command: str) -> subprocess.CompletedProcess[str]:
+            argv = [sys.executable, "-m", "pgqueue", *shlex.split(command)[1:]]
+            return subprocess.run(
+                argv, env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+            )
+
+        stats, listing, retry = commands
+        result = run(stats)
+        assert result.returncode == 0, result.stderr
+        assert '"default"' in result.stdout  # JSON when piped
+        result = run(listing)
+        assert result.returncode == 0, result.stderr
+        assert "SMTPError: 421 try again later" in result.stdout
+        # "asks first": with no terminal to ask on, it refuses and changes nothing...
+        result = run(retry)
+        assert result.returncode == 2, result.stderr
+        assert "--yes" in result.stderr
+        assert db.value("SELECT status FROM pgqueue_jobs") == "failed"
+        # ... and with --yes, as in a script, the job is pending again with one more attempt
+        result = run(retry + " --yes")
+        assert result.returncode == 0, result.stderr
+        assert db.rows("SELECT status, max_attempts FROM pgqueue_jobs") == [("pending", 4)]
+    finally:
+        db.conn.close()
