@@ -1,12 +1,19 @@
-"""The ``pgqueue`` command line: ``sql``, ``migrate``, ``worker``, ``demo`` and ``completion``.
+"""The ``pgqueue`` command line: setup, ``worker``, the operator's commands, ``demo``.
+
+The commands: ``sql``, ``migrate``, ``worker``, the operator's ``jobs``, ``queues``, ``workers``
+and ``stats``, ``demo`` and ``completion``.
 
 Built on click, with help drawn by rich-click: each option declares its environment variable
 (``PGQUEUE_DSN`` or ``DATABASE_URL``, ``PGQUEUE_SCHEMA``, ``PGQUEUE_QUEUES``,
-``PGQUEUE_POLL_INTERVAL``, ...) where its default and help are, and click gives ``--version``
-and shell completion, rich-click the coloured ``--help``. One module per command group
-(``schema``: ``sql`` and ``migrate``; ``worker``; ``demo``; ``completion``); ``_common`` is the
-one place that resolves the database URL, the driver and the schema, and connects the right
-client. This package uses only pgqueue's public names, and the adapter registry to ask which
+``PGQUEUE_POLL_INTERVAL``, ``PGQUEUE_FORMAT``, ``PGQUEUE_YES``, ...) where its default and help
+are, and click gives ``--version`` and shell completion, rich-click the coloured ``--help``. One
+module per command group (``schema``: ``sql`` and ``migrate``; ``worker``; ``jobs``; ``queues``;
+``status``: ``workers`` and ``stats``; ``demo``; ``completion``); ``_common`` is the one place
+that resolves the database URL, the driver and the schema, and connects the right client (its
+``Session`` runs each admin command once for both clients); ``_output`` owns the output formats
+and the reading and writing of times, ``_filters`` the options that choose jobs, ``_actions`` the
+confirmation, progress and report of the bulk actions. This package uses only pgqueue's public
+names (and the admin API's limits in ``job_filter``), and the adapter registry to ask which
 drivers exist and which of them run only under asyncio.
 """
 
@@ -20,13 +27,22 @@ from typing import Any
 import rich_click as click
 
 from .. import PgQueueError, __version__
-from . import completion, demo, schema, worker
+from . import completion, demo, jobs, queues, schema, status, worker
 from ._common import PassThrough
 
 __all__ = ["app", "installed_version", "main"]
 
 # Status of a command ended by Ctrl-C (128 + SIGINT), as a shell reports it.
 INTERRUPTED = 130
+
+# The exit statuses, in the epilog of `pgqueue --help` (the operator docs list them too).
+EXIT_STATUSES = (
+    "Exit status: 0 done (an empty list too); 1 error (database, pgqueue); 2 bad input "
+    "(usage error, bad name, filter or cursor; nothing changed); 3 nothing matched (no such "
+    "job, no job to act on, no queue to pause or resume); 4 refused (an action left some "
+    "jobs alone: running, already finished, unique lock held); 130 interrupted (Ctrl-C; "
+    "stats --watch ends with 0)."
+)
 
 
 def installed_version() -> str:
@@ -63,6 +79,7 @@ class _Root(click.RichGroup):
     # help instead (and exit 0 before click 8.2).
     no_args_is_help=False,
     context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=EXIT_STATUSES,
 )
 @click.version_option(
     installed_version(),
@@ -81,6 +98,10 @@ def app() -> None:
 app.add_command(schema.sql)
 app.add_command(schema.migrate)
 app.add_command(worker.worker)
+app.add_command(jobs.jobs)
+app.add_command(queues.queues)
+app.add_command(status.workers)
+app.add_command(status.stats)
 app.add_command(demo.demo)
 app.add_command(completion.completion)
 
@@ -89,7 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default: ``sys.argv[1:]``); return the exit status.
 
     0: done; 1: a pgqueue error, printed as ``pgqueue: error: <message>``; 2: a usage error,
-    printed with the usage; 130: interrupted. ``demo`` returns its own status. A job's
+    printed with the usage, or bad input the admin API refused (one line); 3: nothing matched
+    and 4: refused (the admin commands); 130: interrupted. ``demo`` returns its own status. A job's
     ``SystemExit`` or ``KeyboardInterrupt`` in ``worker`` is raised again, uncaught.
     """
     try:

@@ -6,26 +6,44 @@ driver asked for, and the :class:`~pgqueue.Settings` of pgqueue's tables. A targ
 right client: :class:`~pgqueue.AsyncClient` when the driver runs only under asyncio (the adapter
 registry says which), else the sync :class:`~pgqueue.Client`. Commands never read these
 environment variables or pick a client themselves.
+
+The admin commands (``jobs``, ``queues``, ``workers``, ``stats``) run on a :class:`Session`: one
+client connected for the whole command, which runs ``fn(client)`` and awaits the result when
+the client is the asyncio one, so each command is written once for both. The exit statuses
+they share (:data:`BAD_INPUT`, :data:`NOTHING_MATCHED`, :data:`REFUSED`) are named here too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from types import TracebackType
+from typing import Any, NoReturn, TypeVar, cast
 
 import rich_click as click
+from click.exceptions import Exit
 
 from .. import AsyncClient, Client, Settings, WorkerRegistry
 from ..adapter_registry import DRIVER_ENV_VAR, asyncio_only, describe_driver, driver_names
 
 __all__ = [
+    "BAD_INPUT",
     "DEFAULT_SETTINGS",
+    "ERROR",
+    "NOTHING_MATCHED",
+    "REFUSED",
+    "AdminCommand",
+    "AnyClient",
+    "OrderedGroup",
     "PassThrough",
+    "Session",
     "Target",
     "driver_option",
     "dsn_option",
+    "fail",
     "help_panels",
     "prefix_option",
     "schema_option",
@@ -39,6 +57,18 @@ DEFAULT_SETTINGS = Settings()
 """Where the tables are when neither an option nor the environment says: for the defaults."""
 
 DATABASE_PANEL = "Database"
+
+ERROR = 1
+"""Exit status: the database or pgqueue failed (``pgqueue: error: ...``)."""
+BAD_INPUT = 2
+"""Exit status: bad input (a usage error, or a value the API refused); nothing changed."""
+NOTHING_MATCHED = 3
+"""Exit status: nothing matched (no such job; an action that found no job; nothing to pause)."""
+REFUSED = 4
+"""Exit status: the action left some jobs alone (retry of a running job, ...)."""
+
+AnyClient = Client | AsyncClient
+"""The client a :class:`Session` holds: sync, or asyncio for an asyncio-only driver."""
 
 # Named from the registry, not by hand: a new asyncio-only driver shows up here by itself.
 _ASYNCIO_ONLY = [name for name in driver_names() if asyncio_only(None, name)]
@@ -92,15 +122,19 @@ prefix_option = click.option(
 """``--prefix``: the prefix of pgqueue's table names (``$PGQUEUE_PREFIX``)."""
 
 
-def help_panels(*extra: str) -> Callable[[F], F]:
-    """Order the panels of a command's ``--help``: arguments, options, database, ``extra``.
+def help_panels(
+    *extra: str, first: tuple[str, ...] = (), panel_help: dict[str, str] | None = None
+) -> Callable[[F], F]:
+    """Order the panels of a ``--help``: arguments, ``first``, options, database, ``extra``.
 
     rich-click would put the panels without a name of ours (arguments, options) last.
+    ``panel_help`` gives a panel a line of help under its title.
     """
+    helps = panel_help or {}
 
     def decorate(command: F) -> F:
-        for name in reversed(("Arguments", "Options", DATABASE_PANEL, *extra)):
-            command = click.option_panel(name)(command)
+        for name in reversed(("Arguments", *first, "Options", DATABASE_PANEL, *extra)):
+            command = click.option_panel(name, help=helps.get(name))(command)
         return command
 
     return decorate
@@ -115,6 +149,37 @@ def target_options(command: F) -> F:
     for option in (prefix_option, schema_option, driver_option, dsn_option):
         command = option(command)
     return command
+
+
+class AdminCommand(click.RichCommand):
+    """An operator command: a bad option value is one line, ``pgqueue: error: ...``, status 2.
+
+    click would print the usage and the error in a frame; a value the admin API refuses (a
+    queue name, a cursor) is one line, and so are the values click checks (a status, a limit,
+    a duration, the JSON of ``--args``), so that every bad value reads the same. Other usage
+    errors (an unknown option, a missing argument) keep click's usage.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Parse the arguments; a bad value ends the command with one line and status 2."""
+        try:
+            return super().parse_args(ctx, args)
+        except click.BadParameter as exc:
+            fail(f"{exc.format_message()} (see '{ctx.command_path} --help')", BAD_INPUT)
+
+
+class OrderedGroup(click.RichGroup):
+    """A group of operator commands, listed in the order they were added.
+
+    click would sort them alphabetically; the order of a first read is more useful. Its
+    commands are :class:`AdminCommand`.
+    """
+
+    command_class = AdminCommand
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Return the names of the commands, in the order they were added."""
+        return list(self.commands)
 
 
 class PassThrough(BaseException):
@@ -194,3 +259,88 @@ class Target:
                 return await on_asyncio(client)
 
         return asyncio.run(run_async())
+
+
+def fail(message: str, status: int) -> NoReturn:
+    """Print ``pgqueue: error: <message>`` (one line, on stderr) and end with ``status``."""
+    print(f"pgqueue: error: {message}", file=sys.stderr)
+    raise Exit(status)
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+class Session:
+    """One client connected for a whole command; :meth:`run` calls the API on it.
+
+    A context manager: entering connects the sync :class:`~pgqueue.Client`, or, for an
+    asyncio-only driver, the :class:`~pgqueue.AsyncClient` on an :class:`asyncio.Runner` that
+    lives as long as the session (so ``stats --watch`` and a bulk action's batches reuse one
+    connection pool and one event loop); leaving closes both.
+    """
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self._runner: asyncio.Runner | None = None
+        self._client: AnyClient | None = None
+
+    @classmethod
+    def from_options(cls, dsn: str | None, driver: str | None, schema: str, prefix: str) -> Session:
+        """Build a session from the target options; a bad schema or prefix is bad input."""
+        try:
+            return cls(Target.from_options(dsn, driver, schema, prefix))
+        except ValueError as exc:  # InvalidName
+            fail(str(exc), BAD_INPUT)
+
+    @property
+    def client(self) -> AnyClient:
+        """The connected client (inside the ``with`` block only)."""
+        if self._client is None:
+            raise RuntimeError("the session is not open: use it in a with block")
+        return self._client
+
+    def __enter__(self) -> Session:
+        if self.target.asyncio_only:
+            self._runner = asyncio.Runner()
+            try:
+                self._client = self._runner.run(self.target.connect_async())
+            except BaseException:
+                self._runner.close()
+                raise
+        else:
+            self._client = self.target.connect()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        client, self._client = self._client, None
+        try:
+            if isinstance(client, AsyncClient):
+                assert self._runner is not None
+                self._runner.run(client.close())
+            elif client is not None:
+                client.close()
+        finally:
+            if self._runner is not None:
+                self._runner.close()
+
+    def run(self, fn: Callable[[AnyClient], Awaitable[T] | T]) -> T:
+        """Return ``fn(client)``, awaited on the session's loop when it is a coroutine.
+
+        A ``ValueError`` of the API (:class:`~pgqueue.InvalidFilter`,
+        :class:`~pgqueue.InvalidName`) is bad input: it is printed on one line and the command
+        ends with status 2, as the API changed nothing.
+        """
+        try:
+            result = fn(self.client)
+            if inspect.isawaitable(result):
+                assert self._runner is not None
+                return self._runner.run(_awaited(cast(Awaitable[T], result)))
+            return result
+        except ValueError as exc:
+            fail(str(exc), BAD_INPUT)
