@@ -290,7 +290,13 @@ def _moment(value: object, what: str, now: datetime) -> datetime | None:
     if value is None:
         return None
     if isinstance(value, timedelta):
-        return now - value
+        try:
+            return now - value
+        except OverflowError:
+            raise InvalidFilter(
+                f"{what} is {value!r} before now, which is before the year 1: use a shorter "
+                "time (or a datetime)"
+            ) from None
     if isinstance(value, datetime):
         return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):

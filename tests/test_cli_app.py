@@ -128,7 +128,8 @@ def complete(words: str, shell: str = "bash") -> str:
 
 
 def test_shell_completion_completes_commands_options_and_values() -> None:
-    assert complete("pgqueue wor").split() == ["plain,worker"]
+    assert complete("pgqueue wor").split() == ["plain,worker", "plain,workers"]
+    assert complete("pgqueue mig").split() == ["plain,migrate"]
     assert "plain,--poll-interval" in complete("pgqueue worker --poll").split()
     assert complete("pgqueue worker app:registry --log-level d").split() == ["plain,DEBUG"]
     assert complete("pgqueue completion ").split() == ["plain,bash", "plain,zsh", "plain,fish"]

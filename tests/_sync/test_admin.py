@@ -164,6 +164,7 @@ def test_list_jobs_time_ranges(
         (lambda c: c.list_jobs(sort="random()"), pgqueue.InvalidFilter),
         (lambda c: c.list_jobs(cursor="not-a-cursor"), pgqueue.InvalidFilter),
         (lambda c: c.list_jobs(created_after=3600), pgqueue.InvalidFilter),
+        (lambda c: c.list_jobs(created_after=timedelta(days=10**8)), pgqueue.InvalidFilter),
         (lambda c: c.list_jobs(ids=[0]), pgqueue.InvalidFilter),
         (lambda c: c.list_jobs(colour="red"), pgqueue.InvalidFilter),
         (lambda c: c.retry_jobs(), pgqueue.InvalidFilter),

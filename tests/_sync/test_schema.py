@@ -128,6 +128,7 @@ def test_uninstall_keeps_what_else_lives_in_the_schema(
         "b_jobs",
         "b_unique_locks",
         "b_instances",
+        "b_queues",
         "b_migrations",
     }
     assert a.schema_version() is None
