@@ -279,6 +279,9 @@ def main() -> None:
         # the admin queries' results (benchmarks/admin_queries.py) have a section of their own
         files = [f for f in files if "-admin" not in f.name]
         files = [f for f in files if "quick" not in f.name] or files
+        # a before/after comparison (pgqueue-base/ subjects, docs/benchmarks.md's "Before and
+        # after a change") measures one change, not pgqueue against its peers
+        files = [f for f in files if "pgqueue-base/" not in f.read_text()]
         if not files:
             raise SystemExit("no results in benchmarks/results/: run `make bench` first")
         path = files[-1]
