@@ -36,15 +36,18 @@ from .job_filter import JobFilter
 from .jobs import CancelSignal, JobContext, JobHandle, Worker, WorkerRegistry
 from .options import JobOptions
 from .outcomes import Cancel, Discard, JobOutcome, Retry
+from .periodic import InvalidSchedule, Periodic
 from .queries import migrations_script, migrations_statements
 from .records import (
     Attempt,
     BulkResult,
     JobInfo,
     JobPage,
+    PeriodicInfo,
     QueueStats,
     RunningJob,
     StatusCounts,
+    TickInfo,
     WorkerInfo,
 )
 from .runtime_config import RuntimeConfig
@@ -77,6 +80,7 @@ __all__ = [
     "InvalidJobOptions",
     "InvalidName",
     "InvalidQueueName",
+    "InvalidSchedule",
     "JobActionRefused",
     "JobContext",
     "JobFilter",
@@ -92,6 +96,8 @@ __all__ = [
     "MigrationError",
     "Notification",
     "PayloadTooLarge",
+    "Periodic",
+    "PeriodicInfo",
     "PgQueueError",
     "QueueStats",
     "Retry",
@@ -101,6 +107,7 @@ __all__ = [
     "Settings",
     "StatusCounts",
     "SupportsCopy",
+    "TickInfo",
     "UnknownJobKind",
     "Worker",
     "WorkerInfo",

@@ -141,6 +141,9 @@ class ClaimedJob:
     stop_reason: str | None = None
     # how long process() ran, in seconds, once it ended (or was given up on)
     duration: float | None = None
+    # the periodic entry and tick that enqueued the job (its stored options say)
+    periodic: str | None = None
+    tick: datetime | None = None
 
     def context(self, cancelled: CancelSignal) -> JobContext:
         """Build the :class:`JobContext` handed to ``process``."""
@@ -163,6 +166,8 @@ class ClaimedJob:
             scheduled_for=self.scheduled_for,
             cancelled=cancelled,
             logger=bound,
+            periodic=self.periodic,
+            tick=self.tick,
         )
 
 
@@ -198,6 +203,12 @@ def read_options(job: ClaimedJob, text: str | None) -> None:
         job.timeout = _number(options, "timeout", allow_zero=False)
         job.backoff = _number(options, "backoff", allow_zero=True)
         job.backoff_max = _number(options, "backoff_max", allow_zero=False)
+        periodic = options.get("periodic")
+        if periodic is not None:
+            if not isinstance(periodic, dict) or not isinstance(periodic.get("name"), str):
+                raise ValueError(f"'periodic' must name the entry, got {_clip(str(periodic), 100)}")
+            job.periodic = periodic["name"]
+            job.tick = datetime.fromisoformat(str(periodic.get("tick")))
     except (ValueError, RecursionError) as exc:  # json.JSONDecodeError is a ValueError
         job.options_error = f"cannot read the job's stored options: {exc}"
 

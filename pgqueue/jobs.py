@@ -8,11 +8,14 @@ import re
 from collections.abc import Awaitable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast
 
 from .errors import DuplicateKind, JobSerializationError, UnknownJobKind
 from .names import validate_kind
 from .options import JobOptions
+
+if TYPE_CHECKING:  # periodic.py imports this module
+    from .periodic import Periodic
 
 __all__ = ["CancelSignal", "JobContext", "JobHandle", "Worker", "WorkerRegistry"]
 
@@ -125,7 +128,9 @@ class JobContext:
     ``id`` is the job's row id (the ``id`` of its :class:`JobHandle` and ``JobInfo``): unique
     for the job's whole life, the idempotency key to give the services you call. ``job_id`` is
     the caller-chosen id it was enqueued with (``add_job(job_id=...)``), or ``None``: the same
-    name, and meaning, as ``JobHandle.job_id`` and ``JobInfo.job_id``.
+    name, and meaning, as ``JobHandle.job_id`` and ``JobInfo.job_id``. A job enqueued by a
+    periodic entry has the entry's name in ``periodic`` and its tick (UTC) in ``tick``: a job
+    can be idempotent per tick; both are ``None`` for other jobs.
     """
 
     id: int
@@ -137,6 +142,8 @@ class JobContext:
     scheduled_for: datetime
     cancelled: CancelSignal
     logger: logging.LoggerAdapter[logging.Logger]
+    periodic: str | None = None
+    tick: datetime | None = None
 
     @property
     def is_last_attempt(self) -> bool:
@@ -187,8 +194,39 @@ class WorkerRegistry:
 
     def __init__(self, *workers: type[Worker] | Worker) -> None:
         self._by_kind: dict[str, type[Worker]] = {}
+        self._periodic: dict[str, Periodic] = {}
         for worker in workers:
             self.register(worker)
+
+    def schedule(self, entry: Periodic) -> Periodic:
+        """Add a periodic entry, and register its job's class.
+
+        Workers with this registry enqueue the entry's jobs on its ticks. Raises
+        :class:`~pgqueue.InvalidSchedule` for a name used twice.
+        """
+        from .periodic import InvalidSchedule, Periodic  # periodic.py imports this module
+
+        if not isinstance(entry, Periodic):
+            raise InvalidSchedule(f"schedule() takes a pgqueue.Periodic, got {entry!r}")
+        if entry.name in self._periodic:
+            raise InvalidSchedule(
+                f"a periodic entry named {entry.name!r} is already scheduled: names are unique"
+            )
+        if entry.options is not None and (
+            entry.options.job_id is not None or entry.options.unique is not None
+        ):
+            raise InvalidSchedule(
+                f"{entry.name}: job_id and unique are not for periodic jobs: the tick ledger "
+                "already makes one job per tick"
+            )
+        self.register(entry.job)
+        self._periodic[entry.name] = entry
+        return entry
+
+    @property
+    def periodic(self) -> list[Periodic]:
+        """The periodic entries added with :meth:`schedule`, in that order."""
+        return list(self._periodic.values())
 
     def register(self, worker: W | Worker) -> W:
         """Register a job class (or an instance, meaning its class); usable as a decorator.

@@ -1,12 +1,12 @@
 """Load the SQL shipped in ``pgqueue/sql/`` once, and render it for one installation.
 
-SQL lives in ``.sql`` files. ``queries.sql`` (the runtime's and the enqueue paths') and
-``admin.sql`` (the admin API's) hold named statements (``-- name: job_insert``);
-``migrations/NNNN_title.sql`` hold one migration each. The only substitutions ever made are
-``{{schema}}`` and ``{{<table or index>}}`` placeholders, replaced by identifiers that
-:class:`~pgqueue.settings.Settings` has validated, then quoted, and ``{{> fragment}}``, replaced
-by a ``-- fragment:`` block of the same files (a filter several statements share). User input
-only ever travels as bound parameters.
+SQL lives in ``.sql`` files. ``queries.sql`` (the runtime's and the enqueue paths'),
+``admin.sql`` (the admin API's) and ``periodic.sql`` (periodic jobs') hold named statements
+(``-- name: job_insert``); ``migrations/NNNN_title.sql`` hold one migration each. The only
+substitutions ever made are ``{{schema}}`` and ``{{<table or index>}}`` placeholders, replaced
+by identifiers that :class:`~pgqueue.settings.Settings` has validated, then quoted, and
+``{{> fragment}}``, replaced by a ``-- fragment:`` block of the same files (a filter several
+statements share). User input only ever travels as bound parameters.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ _PLACEHOLDER_RE = re.compile(r"\{\{([a-z_]+)\}\}")
 _NAME_RE = re.compile(r"^--\s*(name|fragment):\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _FRAGMENT_RE = re.compile(r"\{\{>\s*([a-z_]+)\s*\}\}")
 # The files of named statements, read in this order; a name may be defined once in all.
-STATEMENT_FILES = ("queries.sql", "admin.sql")
+STATEMENT_FILES = ("queries.sql", "admin.sql", "periodic.sql")
 _MIGRATION_FILE_RE = re.compile(r"(\d{4})_([a-z0-9_]+)\.sql\Z")
 
 
@@ -97,7 +97,7 @@ def _raw_queries() -> dict[str, str]:
 
 
 class Queries:
-    """The named statements of ``queries.sql`` and ``admin.sql``, rendered for one installation.
+    """The named statements of the ``sql/*.sql`` files, rendered for one installation.
 
     One attribute per ``-- name:`` block, declared here so that mypy rejects a misspelt name;
     the declared names and the file's are checked against each other when this module is
@@ -156,6 +156,16 @@ class Queries:
     queue_pause: str
     queue_resume: str
     instance_list: str
+    # periodic.sql
+    cron_entry_declare: str
+    cron_tick_enqueue: str
+    cron_entry_touch: str
+    cron_entry_list: str
+    cron_entry_pause: str
+    cron_entry_resume: str
+    cron_tick_history: str
+    cron_tick_cleanup: str
+    cron_entry_trigger: str
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -181,8 +191,8 @@ def _check_statement_names() -> None:
     if in_file != _STATEMENT_NAMES:
         only_file, only_class = in_file - _STATEMENT_NAMES, _STATEMENT_NAMES - in_file
         raise RuntimeError(
-            "pgqueue/sql/{queries,admin}.sql and pgqueue.queries.Queries disagree: only in the "
-            "files "
+            "pgqueue/sql/{queries,admin,periodic}.sql and pgqueue.queries.Queries disagree: "
+            "only in the files "
             f"{sorted(only_file)}, only declared {sorted(only_class)}"
         )
 

@@ -17,9 +17,11 @@ __all__ = [
     "BulkResult",
     "JobInfo",
     "JobPage",
+    "PeriodicInfo",
     "QueueStats",
     "RunningJob",
     "StatusCounts",
+    "TickInfo",
     "WorkerInfo",
 ]
 
@@ -223,3 +225,58 @@ for _record in (
     WorkerInfo,
 ):
     _record.__module__ = "pgqueue"
+
+
+@dataclass(frozen=True)
+class TickInfo:
+    """One tick of a periodic entry in the ledger (:meth:`~pgqueue.Client.cron_history`).
+
+    ``how``: ``scheduled``, ``late`` (a missed tick within its grace), ``backfill``, ``start``
+    (``run_on_start``), ``manual`` (``cron_trigger``) or ``skipped`` (overlap: no job).
+    ``job_id`` is the job enqueued for it, ``status`` etc. that job as it is now (``None`` once
+    retention removed it, or for a skipped tick).
+    """
+
+    tick: datetime
+    how: str
+    job_id: int | None
+    enqueued_at: datetime
+    status: str | None = None
+    attempts: int | None = None
+    finished_at: datetime | None = None
+    last_error: str | None = None
+
+
+@dataclass(frozen=True)
+class PeriodicInfo:
+    """A periodic entry as :meth:`~pgqueue.Client.cron_list` shows it.
+
+    - ``schedule`` (the cron expression, or ``every Ns``), ``timezone``, ``kind``, ``queue``.
+    - ``paused``/``paused_at``; ``retired``: no worker has evaluated it for a while (it was
+      removed from the code, or no worker with it runs); its history is kept.
+    - ``last_tick`` (with ``last_how`` and ``last_job_id``, ``last_job_status``): the newest tick
+      acted on; ``last_run``: the newest tick whose job has finished (what to alert on when it
+      is ``failed``, or old); ``next_tick``: when it falls due next.
+    """
+
+    name: str
+    schedule: str
+    timezone: str
+    kind: str
+    queue: str
+    paused: bool
+    paused_at: datetime | None
+    retired: bool
+    declared_at: datetime
+    seen_age: float
+    created_at: datetime
+    last_tick: datetime | None
+    last_how: str | None
+    last_job_id: int | None
+    last_job_status: str | None
+    last_run: TickInfo | None
+    next_tick: datetime | None
+
+
+PeriodicInfo.__module__ = "pgqueue"
+TickInfo.__module__ = "pgqueue"

@@ -36,6 +36,8 @@ class RuntimeConfig:
     - ``unknown_kind_interval``: how often a worker looks for due jobs of its queues whose kind
       no running worker registers (they would wait silently); it warns about each such kind
       when first found, then every 10 checks while they wait.
+    - ``periodic``: whether this worker evaluates the registry's periodic entries (default
+      yes; any number of workers may, each tick is still one job).
     """
 
     poll_interval: float = 1.0
@@ -52,6 +54,7 @@ class RuntimeConfig:
     claim_retry_max: float = 5.0
     outcome_retry_max: float = 5.0
     unknown_kind_interval: float = 60.0
+    periodic: bool = True
 
     def __post_init__(self) -> None:
         for name in (

@@ -30,6 +30,7 @@ from ..runtime_config import RuntimeConfig
 from ..settings import Settings
 from .admin import AsyncAdmin
 from .driver import AsyncDriver
+from .periodic_admin import AsyncPeriodicAdmin
 from .runtime import AsyncRuntime
 from .schema import schema_migrate, schema_uninstall, schema_version
 from .store import AsyncStore
@@ -68,14 +69,15 @@ def _conflict(error: DuplicateJobError, existing: JobHandle | None, on_conflict:
     raise error
 
 
-class AsyncClient(AsyncAdmin):
+class AsyncClient(AsyncAdmin, AsyncPeriodicAdmin):
     """Enqueues and runs jobs through an :class:`AsyncDriver`, and answers the operator.
 
     Build one with :meth:`connect` from a URL or a driver-native pool/connection, or pass a
     driver to the constructor. ``registry``, when given, restricts enqueueing to known kinds
     and is what :meth:`start` runs. Use it as an async context manager, or call :meth:`close`.
     The admin calls (``list_jobs``, ``retry_jobs``, ``pause_queue``, ``queue_stats``...) are
-    inherited from :class:`~pgqueue._async.admin.AsyncAdmin`.
+    inherited from :class:`~pgqueue._async.admin.AsyncAdmin`, the periodic entries' (``cron_list``,
+    ``cron_pause``, ``cron_trigger``...) from ``AsyncPeriodicAdmin``.
     """
 
     def __init__(

@@ -44,6 +44,7 @@ from ..store_codec import (
     job_info,
 )
 from .driver import AsyncDriver, AsyncSupportsCopy
+from .store_periodic import AsyncPeriodicStore
 
 __all__ = ["AsyncStore"]
 
@@ -51,7 +52,7 @@ __all__ = ["AsyncStore"]
 _NOT_MIGRATED = ("42P01", "42703")  # undefined_table, undefined_column
 
 
-class AsyncStore:
+class AsyncStore(AsyncPeriodicStore):
     """pgqueue's statements as typed methods, run on one driver for one installation.
 
     Method names follow the statements' (entity first: ``job_claim``, ``instance_heartbeat``).

@@ -32,6 +32,7 @@ from ..runtime_config import RuntimeConfig
 from ..settings import Settings
 from .admin import Admin
 from .driver import Driver
+from .periodic_admin import PeriodicAdmin
 from .runtime import Runtime
 from .schema import schema_migrate, schema_uninstall, schema_version
 from .store import Store
@@ -70,14 +71,15 @@ def _conflict(error: DuplicateJobError, existing: JobHandle | None, on_conflict:
     raise error
 
 
-class Client(Admin):
+class Client(Admin, PeriodicAdmin):
     """Enqueues and runs jobs through an :class:`Driver`, and answers the operator.
 
     Build one with :meth:`connect` from a URL or a driver-native pool/connection, or pass a
     driver to the constructor. ``registry``, when given, restricts enqueueing to known kinds
     and is what :meth:`start` runs. Use it as an async context manager, or call :meth:`close`.
     The admin calls (``list_jobs``, ``retry_jobs``, ``pause_queue``, ``queue_stats``...) are
-    inherited from :class:`~pgqueue._sync.admin.Admin`.
+    inherited from :class:`~pgqueue._sync.admin.Admin`, the periodic entries' (``cron_list``,
+    ``cron_pause``, ``cron_trigger``...) from ``PeriodicAdmin``.
     """
 
     def __init__(

@@ -46,6 +46,7 @@ from ..store_codec import (
     job_info,
 )
 from .driver import Driver, SupportsCopy
+from .store_periodic import PeriodicStore
 
 __all__ = ["Store"]
 
@@ -53,7 +54,7 @@ __all__ = ["Store"]
 _NOT_MIGRATED = ("42P01", "42703")  # undefined_table, undefined_column
 
 
-class Store:
+class Store(PeriodicStore):
     """pgqueue's statements as typed methods, run on one driver for one installation.
 
     Method names follow the statements' (entity first: ``job_claim``, ``instance_heartbeat``).

@@ -13,7 +13,8 @@ CREATE SCHEMA IF NOT EXISTS {{schema}};
 -- uninstall(): pgqueue's own tables (their indexes, sequences and trigger go with them; the
 -- trigger function is schema_function_drop). Nothing else in the schema is touched.
 DROP TABLE IF EXISTS {{schema}}.{{jobs}}, {{schema}}.{{unique_locks}}, {{schema}}.{{instances}},
-    {{schema}}.{{queues}}, {{schema}}.{{migrations}} CASCADE;
+    {{schema}}.{{queues}}, {{schema}}.{{cron_entries}}, {{schema}}.{{cron_ticks}},
+    {{schema}}.{{migrations}} CASCADE;
 
 -- name: schema_function_drop
 DROP FUNCTION IF EXISTS {{schema}}.{{unique_release}}();

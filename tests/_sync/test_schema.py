@@ -38,6 +38,8 @@ def test_migrate_creates_tables_and_is_idempotent(
         "pgqueue_unique_locks",
         "pgqueue_instances",
         "pgqueue_queues",
+        "pgqueue_cron_entries",
+        "pgqueue_cron_ticks",
         "pgqueue_migrations",
     }
 
@@ -129,6 +131,8 @@ def test_uninstall_keeps_what_else_lives_in_the_schema(
         "b_unique_locks",
         "b_instances",
         "b_queues",
+        "b_cron_entries",
+        "b_cron_ticks",
         "b_migrations",
     }
     assert a.schema_version() is None
@@ -142,8 +146,9 @@ def test_a_worker_refuses_to_start_on_an_older_schema(
 ) -> None:
     client = pgqueue.Client(driver, registry=jobs.registry, settings=settings)
     client.migrate()
-    # as a schema of the previous version looks: without the last migration's table and row
-    db.rows(f'DROP TABLE "{settings.schema}".pgqueue_queues')
+    # as a schema of the previous version looks: without the last migration's tables and row
+    db.rows(f'DROP TABLE "{settings.schema}".pgqueue_cron_ticks')
+    db.rows(f'DROP TABLE "{settings.schema}".pgqueue_cron_entries')
     db.rows(f'DELETE FROM "{settings.schema}".pgqueue_migrations WHERE version = {LATEST}')
     with pytest.raises(pgqueue.SchemaNotMigrated, match=f"version {LATEST - 1}.*pgqueue migrate"):
         client.start()

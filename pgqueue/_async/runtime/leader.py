@@ -87,7 +87,7 @@ class AsyncLeader:
         await self.maintain()
 
     async def maintain(self) -> None:
-        """Run the leader's duties once: rescue, retention cleanup, unique-lock expiry."""
+        """Run the leader's duties once: rescue, retention cleanup, unique-lock and tick expiry."""
         store, config = self._store, self._config
         stale = await store.instance_remove_stale(config.rescue_after)
         if stale:
@@ -106,6 +106,8 @@ class AsyncLeader:
             if removed < config.cleanup_batch:
                 break
         await store.unique_lock_expire(config.cleanup_batch)
+        # the tick ledger keeps as long as failed jobs (each entry's newest tick stays)
+        await store.cron_tick_cleanup(config.failed_retention, config.cleanup_batch)
 
     async def resign(self, reason: str) -> None:
         """Stop leading, if leading (``reason``: ``lock lost``, ``error`` or ``stop``)."""

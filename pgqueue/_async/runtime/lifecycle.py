@@ -32,6 +32,7 @@ from .fetcher import AsyncFetcher
 from .heartbeat import AsyncHeartbeat
 from .leader import AsyncLeader
 from .listener import AsyncListener
+from .scheduler import AsyncScheduler
 from .writer import AsyncOutcomeWriter
 
 __all__ = ["AsyncRuntime"]
@@ -140,6 +141,20 @@ class AsyncRuntime:
             events=events,
             instance_id=self.instance_id,
         )
+        # periodic entries: every process evaluates them (the tick ledger dedups)
+        self._scheduler = (
+            AsyncScheduler(
+                store=store,
+                entries=registry.periodic,
+                registry=registry,
+                settings=settings,
+                config=config,
+                instance_id=self.instance_id,
+                stopping=self._stopping,
+            )
+            if registry.periodic and config.periodic
+            else None
+        )
         # tasks here, threads on the sync side
         self._flusher: Any = None
         self._loops: list[Any] = []
@@ -185,6 +200,8 @@ class AsyncRuntime:
             spawn(self._heartbeat.run, name="pgqueue-heartbeat"),
             spawn(self._leader.run, name="pgqueue-leader"),
         ]
+        if self._scheduler is not None:
+            self._loops.append(spawn(self._scheduler.run, name="pgqueue-scheduler"))
         self._fetch_tasks = [
             spawn(fetcher.run, name=f"pgqueue-fetch-{fetcher.queue}") for fetcher in self._fetchers
         ]

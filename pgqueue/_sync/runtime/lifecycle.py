@@ -34,6 +34,7 @@ from .fetcher import Fetcher
 from .heartbeat import Heartbeat
 from .leader import Leader
 from .listener import Listener
+from .scheduler import Scheduler
 from .writer import OutcomeWriter
 
 __all__ = ["Runtime"]
@@ -142,6 +143,20 @@ class Runtime:
             events=events,
             instance_id=self.instance_id,
         )
+        # periodic entries: every process evaluates them (the tick ledger dedups)
+        self._scheduler = (
+            Scheduler(
+                store=store,
+                entries=registry.periodic,
+                registry=registry,
+                settings=settings,
+                config=config,
+                instance_id=self.instance_id,
+                stopping=self._stopping,
+            )
+            if registry.periodic and config.periodic
+            else None
+        )
         # tasks here, threads on the sync side
         self._flusher: Any = None
         self._loops: list[Any] = []
@@ -187,6 +202,8 @@ class Runtime:
             spawn(self._heartbeat.run, name="pgqueue-heartbeat"),
             spawn(self._leader.run, name="pgqueue-leader"),
         ]
+        if self._scheduler is not None:
+            self._loops.append(spawn(self._scheduler.run, name="pgqueue-scheduler"))
         self._fetch_tasks = [
             spawn(fetcher.run, name=f"pgqueue-fetch-{fetcher.queue}") for fetcher in self._fetchers
         ]
