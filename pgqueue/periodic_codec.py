@@ -97,10 +97,7 @@ def entry_info(row: Row, now: datetime) -> PeriodicInfo:
         last_how,
         last_job_id,
         last_status,
-        run_tick,
-        run_status,
-        run_finished,
-        run_error,
+        *run,
     ) = row
     return PeriodicInfo(
         name=name,
@@ -118,8 +115,6 @@ def entry_info(row: Row, now: datetime) -> PeriodicInfo:
         last_how=last_how,
         last_job_id=last_job_id,
         last_job_status=last_status,
-        last_run=None
-        if run_tick is None
-        else TickInfo(run_tick, "", None, run_tick, run_status, None, run_finished, run_error),
+        last_run=None if run[0] is None else tick_info(run),
         next_tick=next_tick(schedule, timezone, now),
     )

@@ -1,20 +1,21 @@
 """The ``pgqueue`` command line: setup, ``worker``, the operator's commands, ``demo``.
 
-The commands: ``sql``, ``migrate``, ``worker``, the operator's ``jobs``, ``queues``, ``workers``
-and ``stats``, ``demo`` and ``completion``.
+The commands: ``sql``, ``migrate``, ``worker``, the operator's ``jobs``, ``queues``, ``workers``,
+``stats`` and ``cron``, ``demo`` and ``completion``.
 
 Built on click, with help drawn by rich-click: each option declares its environment variable
 (``PGQUEUE_DSN`` or ``DATABASE_URL``, ``PGQUEUE_SCHEMA``, ``PGQUEUE_QUEUES``,
 ``PGQUEUE_POLL_INTERVAL``, ``PGQUEUE_FORMAT``, ``PGQUEUE_YES``, ...) where its default and help
 are, and click gives ``--version`` and shell completion, rich-click the coloured ``--help``. One
 module per command group (``schema``: ``sql`` and ``migrate``; ``worker``; ``jobs``; ``queues``;
-``status``: ``workers`` and ``stats``; ``demo``; ``completion``); ``_common`` is the one place
-that resolves the database URL, the driver and the schema, and connects the right client (its
-``Session`` runs each admin command once for both clients); ``_output`` owns the output formats
-and the reading and writing of times, ``_filters`` the options that choose jobs, ``_actions`` the
-confirmation, progress and report of the bulk actions. This package uses only pgqueue's public
-names (and the admin API's limits in ``job_filter``), and the adapter registry to ask which
-drivers exist and which of them run only under asyncio.
+``status``: ``workers`` and ``stats``; ``cron``: the periodic entries; ``demo``;
+``completion``); ``_common`` is the one place that resolves the database URL, the driver and
+the schema, and connects the right client (its ``Session`` runs each admin command once for
+both clients); ``_output`` owns the output formats and the reading and writing of times,
+``_filters`` the options that choose jobs, ``_actions`` the confirmation, progress and report of
+the bulk actions. This package uses only pgqueue's public names (and the admin API's limits:
+``job_filter``'s, and ``cron history``'s in ``periodic_admin``), and the adapter registry to ask
+which drivers exist and which of them run only under asyncio.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 import rich_click as click
 
 from .. import PgQueueError, __version__
-from . import completion, demo, jobs, queues, schema, status, worker
+from . import completion, cron, demo, jobs, queues, schema, status, worker
 from ._common import PassThrough
 
 __all__ = ["app", "installed_version", "main"]
@@ -39,9 +40,9 @@ INTERRUPTED = 130
 EXIT_STATUSES = (
     "Exit status: 0 done (an empty list too); 1 error (database, pgqueue); 2 bad input "
     "(usage error, bad name, filter or cursor; nothing changed); 3 nothing matched (no such "
-    "job, no job to act on, no queue to pause or resume); 4 refused (an action left some "
-    "jobs alone: running, already finished, unique lock held); 130 interrupted (Ctrl-C; "
-    "stats --watch ends with 0)."
+    "job or periodic entry, no job to act on, no queue to pause, no queue or entry to "
+    "resume); 4 refused (an action left some jobs alone: running, already finished, unique "
+    "lock held); 130 interrupted (Ctrl-C; stats --watch ends with 0)."
 )
 
 
@@ -102,6 +103,7 @@ app.add_command(jobs.jobs)
 app.add_command(queues.queues)
 app.add_command(status.workers)
 app.add_command(status.stats)
+app.add_command(cron.cron)
 app.add_command(demo.demo)
 app.add_command(completion.completion)
 

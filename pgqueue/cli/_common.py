@@ -7,10 +7,11 @@ right client: :class:`~pgqueue.AsyncClient` when the driver runs only under asyn
 registry says which), else the sync :class:`~pgqueue.Client`. Commands never read these
 environment variables or pick a client themselves.
 
-The admin commands (``jobs``, ``queues``, ``workers``, ``stats``) run on a :class:`Session`: one
-client connected for the whole command, which runs ``fn(client)`` and awaits the result when
-the client is the asyncio one, so each command is written once for both. The exit statuses
-they share (:data:`BAD_INPUT`, :data:`NOTHING_MATCHED`, :data:`REFUSED`) are named here too.
+The admin commands (``jobs``, ``queues``, ``workers``, ``stats``, ``cron``) run on a
+:class:`Session`: one client connected for the whole command, which runs ``fn(client)`` and
+awaits the result when the client is the asyncio one, so each command is written once for both.
+The exit statuses they share (:data:`BAD_INPUT`, :data:`NOTHING_MATCHED`, :data:`REFUSED`) are
+named here too.
 """
 
 from __future__ import annotations

@@ -134,6 +134,15 @@ class WorkerOptions:
     "always on with an asyncio-only driver",
 )
 @click.option(
+    "--periodic/--no-periodic",
+    default=_DEFAULTS.periodic,
+    show_default=True,
+    envvar="PGQUEUE_PERIODIC",
+    show_envvar=True,
+    help="evaluate the registry's periodic entries (RuntimeConfig.periodic); any number of "
+    "workers may, each tick is still one job",
+)
+@click.option(
     "--log-level",
     metavar="LEVEL",
     callback=_log_level,
@@ -154,6 +163,7 @@ def worker(
     queues: str,
     migrate: bool,
     use_asyncio: bool,
+    periodic: bool,
     log_level: str,
     dsn: str | None,
     driver: str | None,
@@ -175,7 +185,7 @@ def worker(
         use_asyncio=use_asyncio,
         log_level=log_level,
         # seconds: one value per _RUNTIME_HELP entry
-        config=dataclasses.replace(_DEFAULTS, **seconds),
+        config=dataclasses.replace(_DEFAULTS, periodic=periodic, **seconds),
     )
     try:
         code = run_worker(options)
@@ -279,6 +289,14 @@ def _log_started(
         options.registry,
         len(registry.kinds()),
     )
+    # which process runs the schedules is what an operator asks first when a tick is missing
+    names = ", ".join(entry.name for entry in registry.periodic)
+    if names and options.config.periodic:
+        logging.getLogger("pgqueue").info("periodic entries evaluated here: %s", names)
+    elif names:
+        logging.getLogger("pgqueue").info(
+            "periodic entries not evaluated here (--no-periodic): %s", names
+        )
 
 
 class _Stoppable(Protocol):

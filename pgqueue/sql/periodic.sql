@@ -96,11 +96,13 @@ WHERE e.name = d.name AND e.definition = d.definition
 RETURNING e.name;
 
 -- name: cron_entry_list
--- Every entry, with its last tick (and that tick's job) and its last finished run.
+-- Every entry, with its last tick (and that tick's job) and its last finished run (the
+-- columns of a cron_tick_history row).
 SELECT e.name, e.schedule, e.timezone, e.kind, e.queue, e.paused_at, e.declared_at, e.seen_at,
     extract(epoch FROM now() - e.seen_at)::float8, e.created_at,
     last.tick, last.how, last.job_id, j.status,
-    done.tick, done.status, done.finished_at, done.last_error
+    done.tick, done.how, done.job_id, done.enqueued_at, done.status, done.attempts,
+    done.finished_at, done.last_error
 FROM {{schema}}.{{cron_entries}} e
 LEFT JOIN LATERAL (
     SELECT t.tick, t.how, t.job_id FROM {{schema}}.{{cron_ticks}} t
@@ -110,7 +112,8 @@ LEFT JOIN LATERAL (
 ) last ON true
 LEFT JOIN {{schema}}.{{jobs}} j ON j.id = last.job_id
 LEFT JOIN LATERAL (
-    SELECT t.tick, f.status, f.finished_at, f.last_error
+    SELECT t.tick, t.how, t.job_id, t.enqueued_at, f.status, f.attempts, f.finished_at,
+        f.last_error
     FROM {{schema}}.{{cron_ticks}} t
     JOIN {{schema}}.{{jobs}} f ON f.id = t.job_id
     WHERE t.name = e.name AND f.status IN ('completed', 'failed', 'cancelled')
