@@ -160,11 +160,12 @@ class Store(PeriodicStore):
         version = self.schema_version()
         latest = migrations_for(self.settings)[-1].version
         if version is None or version < latest:
+            state = "missing" if version is None else f"at version {version}"
             raise SchemaNotMigrated(
                 f"pgqueue's tables in schema {self.settings.schema!r} (prefix "
-                f"{self.settings.prefix!r}) are at version {version or 'none'}, and this "
-                f"version of pgqueue needs version {latest}: run client.migrate() or "
-                "`pgqueue migrate` (or `pgqueue worker --migrate`) first"
+                f"{self.settings.prefix!r}) are {state}, and this version of pgqueue needs "
+                f"version {latest}: run client.migrate() or `pgqueue migrate` (or "
+                "`pgqueue worker --migrate`) first"
             )
 
     def schema_uninstall(self) -> None:

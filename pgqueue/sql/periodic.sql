@@ -11,7 +11,10 @@
 WITH old AS (
     SELECT e.definition, e.resumed_at FROM {{schema}}.{{cron_entries}} e WHERE e.name = $1
 ), last AS (
-    SELECT max(t.tick) AS tick FROM {{schema}}.{{cron_ticks}} t WHERE t.name = $1
+    -- an operator's trigger or a worker's start is not a tick of the schedule: missed ticks
+    -- are counted from the last scheduled one
+    SELECT max(t.tick) AS tick FROM {{schema}}.{{cron_ticks}} t
+    WHERE t.name = $1 AND t.how NOT IN ('manual', 'start')
 ), declared AS (
     INSERT INTO {{schema}}.{{cron_entries}} AS e (
         name, schedule, timezone, kind, queue, definition, declared_by, job_payload,
