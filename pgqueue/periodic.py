@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -62,6 +61,7 @@ Overlap = Literal["allow", "skip"]
 
 # cronsim looks up to 50 years ahead; an entry is evaluated far more often than that.
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 
 
 class InvalidSchedule(ConfigurationError, ValueError):
@@ -138,6 +138,9 @@ class Periodic:
                     f"{', '.join(ALIASES)}, or 5 fields"
                 )
             try:
+                # cronsim also reads 6 fields (seconds first); pgqueue's cron is 5 fields
+                if len(expression.split()) != 5:
+                    raise CronSimError("Wrong number of fields")
                 next(CronSim(expression, datetime(2000, 1, 1, tzinfo=zone)))
             except CronSimError as exc:
                 raise InvalidSchedule(
@@ -176,11 +179,10 @@ class Periodic:
         """Yield the ticks strictly after ``after``, in order, as UTC datetimes."""
         after = after.astimezone(UTC)
         if self.every is not None:
-            step = self.every.total_seconds()
-            n = math.floor((after - _EPOCH).total_seconds() / step) + 1
+            tick = _interval_tick(self.every // _MICROSECOND, after, following=True)
             while True:
-                yield _EPOCH + timedelta(seconds=n * step)
-                n += 1
+                yield tick
+                tick += self.every
         assert self._expression is not None
         for tick in CronSim(self._expression, after.astimezone(self._zone)):
             tick_utc = tick.astimezone(UTC)
@@ -200,20 +202,28 @@ class Periodic:
         """Return the latest tick at or before ``at`` (``None`` if none in the last 50 years)."""
         at = at.astimezone(UTC)
         if self.every is not None:
-            step = self.every.total_seconds()
-            n = math.floor((at - _EPOCH).total_seconds() / step)
-            return _EPOCH + timedelta(seconds=n * step)
+            return _interval_tick(self.every // _MICROSECOND, at, following=False)
         assert self._expression is not None
         # cronsim's reverse iteration starts before its start; step a second past ``at``
         start = (at + timedelta(seconds=1)).astimezone(self._zone).replace(microsecond=0)
+        found = None
         try:
             for tick in CronSim(self._expression, start, reverse=True):
                 tick_utc = tick.astimezone(UTC)
                 if tick_utc <= at:
-                    return tick_utc
+                    found = tick_utc
+                    break
         except StopIteration:  # pragma: no cover - cronsim ends iteration by returning
             return None
-        return None
+        if found is None:
+            return None
+        # going back in wall-clock time, cronsim misses a tick in the first pass of an hour
+        # that repeats (fall back) when ``at`` is in its second pass: step forward from there
+        for tick in self.ticks_after(found):
+            if tick > at:
+                break
+            found = tick
+        return found
 
     def interval(self, at: datetime) -> timedelta:
         """Return the time between the tick at or before ``at`` and the next one."""
@@ -254,6 +264,16 @@ class Periodic:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _interval_tick(step: int, at: datetime, *, following: bool) -> datetime:
+    """Return the tick of a ``step`` microseconds interval at or before ``at``, or after it.
+
+    In whole microseconds, as ``timedelta`` counts: float seconds lose the last digits, and
+    then a tick could come out at or before the instant it must follow (every 1.1 s, say).
+    """
+    n = (at.astimezone(UTC) - _EPOCH) // _MICROSECOND // step + (1 if following else 0)
+    return _EPOCH + n * step * _MICROSECOND
+
+
 def _positive(name: str, what: str, value: object, *, minimum: timedelta) -> None:
     if not isinstance(value, timedelta) or value < minimum:
         raise InvalidSchedule(
@@ -263,8 +283,10 @@ def _positive(name: str, what: str, value: object, *, minimum: timedelta) -> Non
 
 
 def _seconds_text(value: timedelta) -> str:
-    seconds = value.total_seconds()
-    return f"{seconds:g}s"
+    # every digit, to the microsecond: ``next_tick`` reads the schedule back from this text,
+    # and the declaration's fingerprint includes it (``:g`` kept only 6 significant digits)
+    text = f"{value.total_seconds():.6f}".rstrip("0").rstrip(".")
+    return f"{text}s"
 
 
 def next_tick(schedule: str, timezone: str, after: datetime) -> datetime | None:
@@ -275,14 +297,15 @@ def next_tick(schedule: str, timezone: str, after: datetime) -> datetime | None:
     try:
         zone = ZoneInfo(timezone)
         if schedule.startswith("every ") and schedule.endswith("s"):
-            step = float(schedule[len("every ") : -1])
-            n = math.floor((after.astimezone(UTC) - _EPOCH).total_seconds() / step) + 1
-            return _EPOCH + timedelta(seconds=n * step)
+            step = round(float(schedule[len("every ") : -1]) * 1_000_000)
+            if step <= 0:
+                return None
+            return _interval_tick(step, after, following=True)
         expression = ALIASES.get(schedule.strip().lower(), schedule.strip())
         for tick in CronSim(expression, after.astimezone(zone)):
             if tick.astimezone(UTC) > after:
                 return tick.astimezone(UTC)
-    except (ValueError, CronSimError, ZoneInfoNotFoundError, StopIteration):
+    except (ValueError, OverflowError, CronSimError, ZoneInfoNotFoundError, StopIteration):
         return None
     return None
 
