@@ -213,11 +213,15 @@ class WorkerRegistry:
                 f"a periodic entry named {entry.name!r} is already scheduled: names are unique"
             )
         if entry.options is not None and (
-            entry.options.job_id is not None or entry.options.unique is not None
+            entry.options.job_id is not None
+            or entry.options.unique is not None
+            or entry.options.run_at is not None
+            or entry.options.run_in is not None
         ):
             raise InvalidSchedule(
-                f"{entry.name}: job_id and unique are not for periodic jobs: the tick ledger "
-                "already makes one job per tick"
+                f"{entry.name}: job_id and unique are not for periodic jobs (the tick ledger "
+                "already makes one job per tick), nor run_at and run_in (the job is due at "
+                "its tick, plus jitter)"
             )
         self.register(entry.job)
         self._periodic[entry.name] = entry

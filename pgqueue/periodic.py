@@ -112,7 +112,7 @@ class Periodic:
         except ValueError:
             raise InvalidSchedule(
                 f"invalid periodic entry name {self.name!r}: use up to 128 letters, digits and "
-                "'_', '.', ':', '-'"
+                "'_', '.', ':', '-', starting with a letter or '_'"
             ) from None
         if not isinstance(self.job, Worker):
             raise InvalidSchedule(

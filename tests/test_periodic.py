@@ -142,12 +142,17 @@ def test_options_are_job_options() -> None:
 
 @pytest.mark.parametrize(
     "options",
-    [pgqueue.JobOptions(job_id="once"), pgqueue.JobOptions(unique=HOUR)],
-    ids=["job_id", "unique"],
+    [
+        pgqueue.JobOptions(job_id="once"),
+        pgqueue.JobOptions(unique=HOUR),
+        pgqueue.JobOptions(run_in=HOUR),
+        pgqueue.JobOptions(run_at=datetime(2030, 1, 1, tzinfo=UTC)),
+    ],
+    ids=["job_id", "unique", "run_in", "run_at"],
 )
 def test_the_registry_refuses_job_id_and_unique(options: pgqueue.JobOptions) -> None:
     registry = pgqueue.WorkerRegistry()
-    with pytest.raises(InvalidSchedule, match="job_id and unique are not for periodic jobs"):
+    with pytest.raises(InvalidSchedule, match="are not for periodic jobs"):
         registry.schedule(entry(options=options))
     assert registry.periodic == []
 
@@ -537,3 +542,31 @@ def test_next_tick_of_stored_specs() -> None:
 )
 def test_next_tick_of_an_unreadable_spec_is_none(schedule: str, zone: str) -> None:
     assert next_tick(schedule, zone, T0) is None
+
+
+def test_a_job_class_whose_own_options_are_unique_is_refused_at_start() -> None:
+    import uuid
+    from dataclasses import dataclass
+
+    from pgqueue._sync.runtime.scheduler import Scheduler
+
+    @dataclass
+    class Once(pgqueue.Worker):
+        kind = "test.once"
+        job_options = pgqueue.JobOptions(unique=HOUR)
+
+        def process(self, ctx: pgqueue.JobContext) -> None:
+            pass
+
+    registry = pgqueue.WorkerRegistry()
+    registry.schedule(Periodic("once", Once(), every=HOUR))
+    with pytest.raises(InvalidSchedule, match="its class's job_options included"):
+        Scheduler(
+            store=None,  # type: ignore[arg-type]
+            entries=registry.periodic,
+            registry=registry,
+            settings=pgqueue.Settings(),
+            config=pgqueue.RuntimeConfig(),
+            instance_id=uuid.uuid4(),
+            stopping=None,  # type: ignore[arg-type]
+        )

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from ...enqueue import PreparedJob, prepare
 from ...errors import DatabaseError
 from ...jobs import WorkerRegistry
-from ...periodic import Periodic, plan_ticks
+from ...periodic import InvalidSchedule, Periodic, plan_ticks
 from ...runtime_config import RuntimeConfig
 from ...settings import Settings
 from ..compat import Event, wait_event
@@ -53,9 +53,16 @@ class AsyncScheduler:
         self._instance_id = instance_id
         self._stopping = stopping
         # checked now, so that a bad entry fails start() rather than a tick
-        self._jobs: dict[str, PreparedJob] = {
-            e.name: prepare(e.job, e.options, settings=settings, registry=registry) for e in entries
-        }
+        self._jobs: dict[str, PreparedJob] = {}
+        for e in entries:
+            job = prepare(e.job, e.options, settings=settings, registry=registry)
+            if job.keyed or job.run_at is not None or job.run_in:
+                raise InvalidSchedule(
+                    f"{e.name}: the job's options (its class's job_options included) set "
+                    "job_id, unique, run_at or run_in: a periodic job is due at its tick, and "
+                    "the tick ledger already makes one job per tick"
+                )
+            self._jobs[e.name] = job
         self._entries = {e.name: e for e in entries}
         self._last: dict[str, datetime] = {}
         self._declared = False
