@@ -66,6 +66,7 @@ class AsyncScheduler:
         self._entries = {e.name: e for e in entries}
         self._last: dict[str, datetime] = {}
         self._declared = False
+        self._started: set[str] = set()  # run_on_start done, once per start of this worker
 
     async def run(self) -> None:
         """Declare the entries, then act on their ticks until the runtime stops."""
@@ -105,7 +106,8 @@ class AsyncScheduler:
                 )
             # a new entry (or one never acted on) starts now: it never backfills
             self._last[name] = found.last_tick or now
-            if entry.run_on_start:
+            if entry.run_on_start and name not in self._started:
+                self._started.add(name)
                 start_tick = now.replace(microsecond=now.microsecond // 1000 * 1000)
                 await self._enqueue(entry, start_tick, "start")
         self._declared = True

@@ -68,6 +68,7 @@ class Scheduler:
         self._entries = {e.name: e for e in entries}
         self._last: dict[str, datetime] = {}
         self._declared = False
+        self._started: set[str] = set()  # run_on_start done, once per start of this worker
 
     def run(self) -> None:
         """Declare the entries, then act on their ticks until the runtime stops."""
@@ -107,7 +108,8 @@ class Scheduler:
                 )
             # a new entry (or one never acted on) starts now: it never backfills
             self._last[name] = found.last_tick or now
-            if entry.run_on_start:
+            if entry.run_on_start and name not in self._started:
+                self._started.add(name)
                 start_tick = now.replace(microsecond=now.microsecond // 1000 * 1000)
                 self._enqueue(entry, start_tick, "start")
         self._declared = True
