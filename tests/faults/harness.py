@@ -222,11 +222,19 @@ class Fleet:
     # -- processes ------------------------------------------------------------------------
 
     def start(
-        self, *options: str, queues: str = "default=4", port: int | None = None, **settings: float
+        self,
+        *options: str,
+        queues: str = "default=4",
+        port: int | None = None,
+        registry: str = "tests.faults.jobs:registry",
+        env: dict[str, str] | None = None,
+        **settings: float,
     ) -> Worker:
         """Start a ``pgqueue worker`` process with the suite's settings (overridable).
 
         ``port``: reach the database through a proxy on that port (the jobs' run log does not).
+        ``registry``: the registry it runs; ``env``: more environment variables (a registry
+        module may read them, as ``tests/faults/periodic_jobs.py`` does).
         """
         config = {
             "poll_interval": POLL_INTERVAL,
@@ -241,13 +249,14 @@ class Fleet:
             **settings,
         }
         args = [f"--{name.replace('_', '-')}={value}" for name, value in config.items()]
-        env = {
+        environment = {
             **os.environ,
             "PGQUEUE_DSN": self.mode_url(port),
             "PGQUEUE_SCHEMA": self.schema,
             "FAULT_DSN": self.base_url,
+            **(env or {}),
         }
-        env.pop("PGQUEUE_DRIVER", None)
+        environment.pop("PGQUEUE_DRIVER", None)
         log_path = self.logs / f"worker-{len(self.workers)}.log"
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
@@ -256,7 +265,7 @@ class Fleet:
                     "-m",
                     "pgqueue",
                     "worker",
-                    "tests.faults.jobs:registry",
+                    registry,
                     f"--driver={MODES[self.mode][1]}",
                     *(["--asyncio"] if MODES[self.mode][2] else []),
                     f"--queues={queues}",
@@ -264,7 +273,7 @@ class Fleet:
                     *options,
                 ],
                 cwd=ROOT,
-                env=env,
+                env=environment,
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
