@@ -166,6 +166,7 @@ class Queries:
     cron_tick_history: str
     cron_tick_cleanup: str
     cron_entry_trigger: str
+    cron_entry_reclaim: str
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

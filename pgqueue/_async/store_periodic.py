@@ -92,6 +92,14 @@ class AsyncPeriodicStore:
         )
         return {str(row[0]) for row in rows}
 
+    async def cron_entry_reclaim(self, entry: Periodic, silent_for: float) -> bool:
+        """Take ``entry`` back from a newer declaration nobody evaluates any more.
+
+        That is, for ``silent_for`` seconds; or when it is declared as ``entry`` again.
+        """
+        params = (entry.name, silent_for, entry.definition())
+        return bool(await self._query(self._q.cron_entry_reclaim, params))
+
     async def cron_entry_list(self, now: datetime) -> list[PeriodicInfo]:
         """Return every periodic entry with its last tick, last run and next tick."""
         return [entry_info(row, now) for row in await self._query(self._q.cron_entry_list)]

@@ -98,6 +98,16 @@ FROM unnest($1::text[], $2::text[]) AS d(name, definition)
 WHERE e.name = d.name AND e.definition = d.definition
 RETURNING e.name;
 
+-- name: cron_entry_reclaim
+-- A worker whose declaration of entry $1 was superseded takes the entry back when the worker
+-- with the newer declaration has not evaluated it for $2 seconds (it was stopped: a canary, a
+-- rollback), or when the entry is declared as this worker knows it ($3) again (another worker
+-- of this version took it back first). Returns the name when the entry is this worker's again.
+UPDATE {{schema}}.{{cron_entries}}
+SET seen_at = now()
+WHERE name = $1 AND (seen_at < now() - $2::float8 * interval '1 second' OR definition = $3)
+RETURNING name;
+
 -- name: cron_entry_list
 -- Every entry, with its last tick (and that tick's job) and its last finished run (the
 -- columns of a cron_tick_history row).

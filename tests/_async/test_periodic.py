@@ -474,3 +474,24 @@ async def test_the_newest_declaration_wins_and_the_older_one_stops(
     assert any(int(t.timestamp()) % 2 for t, _, _ in rows)
     (info,) = await old.cron_list()
     assert info.schedule == "every 1s"
+    # the newer deploy stops (a canary, a rollback): once nobody has evaluated its declaration
+    # for rescue_after, the older worker declares the entry again and its schedule resumes
+    await new.stop(0)
+    await wait_until(
+        lambda: "this worker evaluates it again" in caplog.text,
+        timeout=FAST.rescue_after + 5,
+        what="the older worker taking the entry back",
+    )
+    await wait_until(
+        lambda: db.value(f"SELECT schedule FROM {entries} WHERE name = 'shared'") == "every 2s",
+        what="the older declaration back",
+    )
+    back = db_now(db)
+    await wait_until(
+        lambda: len([r for r in ledger(db, ticks_table, "shared") if r[0] > back]) >= 2,
+        timeout=10,
+        what="two ticks of the older declaration",
+    )
+    later = [r for r in ledger(db, ticks_table, "shared") if r[0] > back]
+    assert not any(int(t.timestamp()) % 2 for t, _, _ in later)  # every 2 s again
+    assert {job_rows(db, jobs_table, [j])[j][3]["n"] for _, _, j in later if j} == {1}

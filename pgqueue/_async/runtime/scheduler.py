@@ -64,6 +64,8 @@ class AsyncScheduler:
                 )
             self._jobs[e.name] = job
         self._entries = {e.name: e for e in entries}
+        # entries a newer declaration took over; taken back if its workers go quiet
+        self._superseded: dict[str, Periodic] = {}
         self._last: dict[str, datetime] = {}
         self._declared = False
         self._started: set[str] = set()  # run_on_start done, once per start of this worker
@@ -87,7 +89,7 @@ class AsyncScheduler:
 
     def _wait(self) -> float:
         if not self._entries:
-            return _MAX_WAIT
+            return _MAX_WAIT  # (superseded entries are looked at by touch())
         now = datetime.now(UTC)
         soonest = min(next(e.ticks_after(self._last[n])) for n, e in self._entries.items())
         return max(0.0, min(_MAX_WAIT, (soonest - now).total_seconds()))
@@ -113,13 +115,30 @@ class AsyncScheduler:
         self._declared = True
 
     async def touch(self) -> None:
-        """Tell the database this worker still evaluates its entries; drop superseded ones."""
-        if not self._entries:
-            return
-        current = await self._store.cron_entry_touch(list(self._entries.values()))
-        for name in list(self._entries):
-            if name not in current:
-                self._supersede(name)
+        """Tell the database this worker still evaluates its entries; drop superseded ones.
+
+        A superseded entry is taken back when nobody evaluates its newer declaration any more.
+        """
+        if self._entries:
+            current = await self._store.cron_entry_touch(list(self._entries.values()))
+            for name in list(self._entries):
+                if name not in current:
+                    self._supersede(name)
+        for name, entry in list(self._superseded.items()):
+            # the winner's workers touch it every heartbeat; silent for rescue_after, they
+            # are gone (a canary stopped, a rollback)
+            if await self._store.cron_entry_reclaim(entry, self._config.rescue_after):
+                found = await self._store.cron_entry_declare(
+                    entry, self._jobs[name], self._instance_id
+                )
+                self._last[name] = found.last_tick or datetime.now(UTC)
+                self._entries[name] = self._superseded.pop(name)
+                logger.warning(
+                    "periodic entry %r: no worker has evaluated its newer declaration for "
+                    "%gs (or it is declared as here again): this worker evaluates it again",
+                    name,
+                    self._config.rescue_after,
+                )
 
     async def evaluate(self, now: datetime) -> None:
         """Act on every tick that fell due since the last look (per the missed-tick policy)."""
@@ -167,7 +186,9 @@ class AsyncScheduler:
         return True
 
     def _supersede(self, name: str) -> None:
-        self._entries.pop(name, None)
+        entry = self._entries.pop(name, None)
+        if entry is not None:
+            self._superseded[name] = entry
         logger.warning(
             "periodic entry %r is declared differently by a worker that started later: this "
             "worker stops evaluating it (the newest declaration wins)",
