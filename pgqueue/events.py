@@ -379,14 +379,35 @@ class LogSubscriber:
             _log_finished(event)
         elif isinstance(event, JobsRescued):
             if event.jobs:
-                logger.warning("rescued %d job(s) of dead instances", len(event.jobs))
+                logger.warning(
+                    "rescued %d job(s) of dead instances",
+                    len(event.jobs),
+                    extra={
+                        "instance_id": str(event.instance_id),
+                        "rescued": len(event.jobs),
+                        "dead_instances": [str(i) for i in event.dead_instances],
+                    },
+                )
         elif isinstance(event, LeaderGained):
-            logger.info("instance %s is now the leader", event.instance_id)
+            logger.info(
+                "instance %s is now the leader",
+                event.instance_id,
+                extra={"instance_id": str(event.instance_id), "leader": True},
+            )
         elif isinstance(event, LeaderLost):
             if event.reason == "lock lost":
-                logger.warning("instance %s lost the leader lock", event.instance_id)
+                logger.warning(
+                    "instance %s lost the leader lock",
+                    event.instance_id,
+                    extra={"instance_id": str(event.instance_id), "leader": False},
+                )
         elif isinstance(event, ListenerLost):
-            logger.warning("listener lost (%s); reconnecting in %.1fs", event.error, event.retry_in)
+            logger.warning(
+                "listener lost (%s); reconnecting in %.1fs",
+                event.error,
+                event.retry_in,
+                extra={"instance_id": str(event.instance_id)},
+            )
 
 
 LogSubscriber.TYPES = (JobFinished, JobsRescued, LeaderGained, LeaderLost, ListenerLost)
@@ -405,6 +426,17 @@ def _log_finished(event: JobFinished) -> None:
     if outcome not in ("retry", "failed", "cancelled") and not logger.isEnabledFor(logging.DEBUG):
         return  # another subscriber wanted the event; the log does not
     took = f" in {event.duration:.3f}s" if event.duration is not None else ""
+    # the same fields as ctx.logger's (job_id is the row id), for structured (JSON) logs
+    extra = {
+        "job_id": event.id,
+        "job_kind": event.kind,
+        "job_queue": event.queue,
+        "job_attempt": event.attempt,
+        "job_max_attempts": event.max_attempts,
+        "outcome": outcome,
+        "duration": event.duration,
+        "instance_id": str(event.instance_id),
+    }
     if outcome in ("retry", "failed"):
         logger.warning(
             "job %s (%s) attempt %d/%d failed%s: %s%s",
@@ -416,13 +448,27 @@ def _log_finished(event: JobFinished) -> None:
             event.error,
             f"; retrying in {event.delay:.1f}s" if outcome == "retry" else "; giving up",
             exc_info=_loggable(event.exc),
+            extra={**extra, "error": event.error, "retry_in": event.delay},
         )
     elif outcome == "cancelled":
-        logger.info("job %s (%s) cancelled%s: %s", event.id, event.kind, took, event.error)
+        logger.info(
+            "job %s (%s) cancelled%s: %s",
+            event.id,
+            event.kind,
+            took,
+            event.error,
+            extra={**extra, "error": event.error},
+        )
     else:
         action = _ACTION_WORDS.get(outcome, outcome)
         logger.debug(
-            "job %s (%s) attempt %d: %s%s", event.id, event.kind, event.attempt, action, took
+            "job %s (%s) attempt %d: %s%s",
+            event.id,
+            event.kind,
+            event.attempt,
+            action,
+            took,
+            extra=extra,
         )
 
 

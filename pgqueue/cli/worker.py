@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import rich_click as click
 
 from .. import ConfigurationError, RuntimeConfig, WorkerRegistry
+from ..logs import TEXT_FORMAT, LogFormat, configure_logging
 from ._common import PassThrough, Target, help_panels, target_options
 
 __all__ = ["WorkerOptions", "load_registry", "parse_queues", "run_worker", "worker"]
@@ -98,6 +99,7 @@ class WorkerOptions:
     use_asyncio: bool
     log_level: str
     config: RuntimeConfig
+    log_format: LogFormat = "text"
 
 
 @click.command("worker", short_help="run jobs until SIGTERM/SIGINT")
@@ -153,6 +155,16 @@ class WorkerOptions:
     show_envvar=True,
     help=f"logging level: {', '.join(LOG_LEVELS)}",
 )
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"], case_sensitive=False),
+    default="text",
+    show_default=True,
+    envvar="PGQUEUE_LOG_FORMAT",
+    show_envvar=True,
+    help="log lines as text, or one JSON object per line with the job's fields (job_id, "
+    "job_kind, job_queue, job_attempt, duration, outcome, error, traceback...)",
+)
 @target_options
 @_runtime_options
 @click.pass_context
@@ -165,6 +177,7 @@ def worker(
     use_asyncio: bool,
     periodic: bool,
     log_level: str,
+    log_format: str,
     dsn: str | None,
     driver: str | None,
     schema: str,
@@ -184,6 +197,7 @@ def worker(
         migrate=migrate,
         use_asyncio=use_asyncio,
         log_level=log_level,
+        log_format="json" if log_format.lower() == "json" else "text",
         # seconds: one value per _RUNTIME_HELP entry
         config=dataclasses.replace(_DEFAULTS, periodic=periodic, **seconds),
     )
@@ -241,10 +255,10 @@ def load_registry(path: str) -> WorkerRegistry:
 
 def run_worker(options: WorkerOptions) -> int:
     """Run the worker ``options`` describe until it is stopped; return the exit status."""
-    logging.basicConfig(
-        level=options.log_level,
-        format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s",
-    )
+    if options.log_format == "json":
+        configure_logging(options.log_level, "json")
+    else:
+        logging.basicConfig(level=options.log_level, format=TEXT_FORMAT)
     registry = load_registry(options.registry)
     queues = parse_queues(options.queues)
     if options.use_asyncio or options.target.asyncio_only:
@@ -288,6 +302,15 @@ def _log_started(
         ",".join(f"{name}={count}" for name, count in queues.items()),
         options.registry,
         len(registry.kinds()),
+        extra={
+            "pid": os.getpid(),
+            "driver": options.target.describe_driver(),
+            "runtime": runtime,
+            "schema": settings.schema,
+            "prefix": settings.prefix,
+            "queues": queues,
+            "registry": options.registry,
+        },
     )
     # which process runs the schedules is what an operator asks first when a tick is missing
     names = ", ".join(entry.name for entry in registry.periodic)
