@@ -19,9 +19,11 @@ from .records import QueueStats, RunningJob, StatusCounts, WorkerInfo
 __all__ = [
     "ActionRow",
     "QueueRow",
+    "StatRow",
     "action_rows",
     "queue_stats_build",
     "running_jobs",
+    "stat_rows",
     "workers_build",
 ]
 
@@ -40,6 +42,26 @@ class ActionRow:
     status: str
     changed: bool
     lock_holder: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StatRow:
+    """A row of ``job_stats``: how many jobs of a queue and kind are in one state.
+
+    ``what``: ``available``, ``scheduled``, ``processing``, ``failed``, ``cancelled`` or
+    ``completed``; ``oldest``, for ``available``, when the longest-waiting one fell due.
+    """
+
+    queue: str
+    kind: str
+    what: str
+    count: int
+    oldest: datetime | None
+
+
+def stat_rows(rows: Sequence[Row]) -> list[StatRow]:
+    """Read ``job_stats`` rows."""
+    return [StatRow(str(q), str(k), str(w), int(n), oldest) for q, k, w, n, oldest in rows]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +128,7 @@ def workers_build(
 
 
 def queue_stats_build(
-    stat_rows: Sequence[Row],
+    stats: Sequence[StatRow],
     queue_rows: Sequence[QueueRow],
     workers: Sequence[WorkerInfo],
     now: datetime,
@@ -120,11 +142,11 @@ def queue_stats_build(
     they are counted), a row (paused), or a worker serving it; ``queues`` limits the list.
     """
     per_kind: dict[str, dict[str, dict[str, Any]]] = {}
-    for queue, kind, what, count, oldest in stat_rows:
-        entry = per_kind.setdefault(str(queue), {}).setdefault(str(kind), {})
-        entry[str(what)] = int(count)
-        if what == "available":
-            entry["oldest_available_at"] = oldest
+    for row in stats:
+        entry = per_kind.setdefault(row.queue, {}).setdefault(row.kind, {})
+        entry[row.what] = row.count
+        if row.what == "available":
+            entry["oldest_available_at"] = row.oldest
     names = set(per_kind) | {q.name for q in queue_rows}
     for worker in workers:
         names |= set(worker.queues)

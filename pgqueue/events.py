@@ -236,10 +236,11 @@ class ListenerReconnected(Event):
 
 @dataclass(frozen=True, slots=True)
 class AdminAction(Event):
-    """An operator acted on jobs or queues through the client (``cancel_job``, ...).
+    """An operator acted on jobs, queues or periodic entries through the client's admin API.
 
-    ``action`` names the call (``"cancel"``); ``job_ids`` the jobs it changed; ``detail`` what
-    else the call was given.
+    ``action`` names the call: ``"cancel"``, ``"retry"``, ``"delete"``, ``"purge"``,
+    ``"pause"``, ``"resume"``, ``"cron_pause"``, ``"cron_resume"`` or ``"cron_trigger"``;
+    ``job_ids`` the jobs it changed (or enqueued); ``detail`` what else the call was given.
     """
 
     action: str

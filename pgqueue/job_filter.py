@@ -35,6 +35,7 @@ __all__ = [
     "check_sort",
     "cursor_decode",
     "cursor_encode",
+    "queue_names",
 ]
 
 STATUSES = ("pending", "processing", "completed", "failed", "cancelled")
@@ -178,6 +179,12 @@ def action_statuses(action: str, job_filter: JobFilter) -> list[str]:
             + (" (stop or cancel a running job first)" if "processing" in refused else "")
         )
     return list(job_filter.status)
+
+
+def queue_names(queue: object) -> list[str] | None:
+    """Check a queue name or a list of them (``None``: every queue), as the filter does."""
+    names = _names(queue, "queue", validate_queue)
+    return None if names is None else list(names)
 
 
 def check_limit(limit: object) -> int:

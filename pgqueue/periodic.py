@@ -59,7 +59,7 @@ DEFAULT_GRACE_MAX = timedelta(minutes=10)
 Overlap = Literal["allow", "skip"]
 """What to do at a tick while the entry's previous job is still pending or running."""
 
-# cronsim looks up to 50 years ahead; an entry is evaluated far more often than that.
+# Interval ticks are counted from here, so every process computes the same ones.
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -88,8 +88,8 @@ class Periodic:
     - ``overlap``: ``"allow"`` (default) or ``"skip"`` a tick while the previous job of the
       entry is pending or running.
     - ``jitter``: delay each tick's job by a stable pseudo-random amount up to this much.
-    - ``run_on_start``: also enqueue one job when a worker starts (once per start, whatever the
-      number of processes starting together is not guaranteed: see docs/periodic.md).
+    - ``run_on_start``: also enqueue one job each time a worker process starts (one per
+      process start, not one per deploy: see docs/periodic.md).
     """
 
     name: str

@@ -34,6 +34,7 @@ from ..job_filter import (
     check_sort,
     cursor_decode,
     cursor_encode,
+    queue_names,
 )
 from ..names import validate_queue
 from ..records import BulkResult, JobInfo, JobPage, QueueStats, WorkerInfo
@@ -41,7 +42,7 @@ from ..settings import Settings
 from .driver import AsyncDriver
 from .store import AsyncStore
 
-__all__ = ["ALL_QUEUES", "AsyncAdmin", "Progress"]
+__all__ = ["ALL_QUEUES", "AsyncAdmin", "AsyncAdminBase", "Progress"]
 
 ALL_QUEUES = "*"
 """The queue name that means every queue, for ``pause_queue`` and ``resume_queue``."""
@@ -53,8 +54,11 @@ FINISHED = ("completed", "failed", "cancelled")
 DEFAULT_BATCH = 1000
 
 
-class AsyncAdmin:
-    """The admin API; :class:`~pgqueue.AsyncClient` inherits it (see the module's doc)."""
+class AsyncAdminBase:
+    """What the admin mixins share: the store, on the caller's ``tx`` if given, and events.
+
+    The client provides ``_store``, ``events`` and ``_tx_driver``.
+    """
 
     _store: AsyncStore
     events: EventHub
@@ -69,6 +73,10 @@ class AsyncAdmin:
     def _emit(self, action: str, job_ids: Sequence[int], **detail: Any) -> None:
         if self.events.wants(AdminAction):
             self.events.emit(AdminAction(action, tuple(job_ids), detail))
+
+
+class AsyncAdmin(AsyncAdminBase):
+    """The admin API; :class:`~pgqueue.AsyncClient` inherits it (see the module's doc)."""
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -121,7 +129,7 @@ class AsyncAdmin:
         ``completed=True``: that count reads every retained completed job, where the others
         read small indexes (see docs/operations.md).
         """
-        queues = None if queue is None else _queue_names(queue)
+        queues = queue_names(queue)
         store = self._on(tx)
         rows = await store.job_stats(queues, completed)
         queue_rows = await store.queue_list()
@@ -279,7 +287,7 @@ class AsyncAdmin:
         default completed, failed and cancelled.
         """
         seconds = _seconds(older_than)
-        queues = None if queue is None else _queue_names(queue)
+        queues = queue_names(queue)
         statuses = list(FINISHED) if status is None else _finished_statuses(status)
         batch_size = check_batch_size(batch_size)
         store = self._on(tx)
@@ -439,13 +447,6 @@ def _reason(action: str, row: ActionRow, statuses: Sequence[str] | None = None) 
 
 def _past(action: str) -> str:
     return {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}[action]
-
-
-def _queue_names(queue: str | Iterable[str]) -> list[str]:
-    items = [queue] if isinstance(queue, str) else list(queue)
-    if not items:
-        raise InvalidFilter("queue is an empty list: pass None for every queue")
-    return [validate_queue(q) for q in items]
 
 
 def _finished_statuses(status: str | Iterable[str]) -> list[str]:

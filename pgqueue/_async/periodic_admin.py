@@ -11,44 +11,33 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from ..errors import InvalidFilter, JobNotFound
-from ..events import AdminAction, EventHub
 from ..names import validate_kind
 from ..records import PeriodicInfo, TickInfo
-from .driver import AsyncDriver
-from .store import AsyncStore
+from .admin import AsyncAdminBase
 
 __all__ = ["AsyncPeriodicAdmin"]
 
 MAX_HISTORY = 1000
 
 
-class AsyncPeriodicAdmin:
+class AsyncPeriodicAdmin(AsyncAdminBase):
     """The cron admin API; :class:`~pgqueue.AsyncClient` inherits it."""
-
-    _store: AsyncStore
-    events: EventHub
-
-    def _tx_driver(self, tx: object) -> AsyncDriver:
-        raise NotImplementedError  # the client's
-
-    def _cron_store(self, tx: object | None) -> AsyncStore:
-        return self._store if tx is None else self._store.on(self._tx_driver(tx))
 
     async def cron_list(self, *, tx: object | None = None) -> list[PeriodicInfo]:
         """Return every periodic entry any worker declared.
 
         Each with its schedule, paused or retired, last tick, last finished run and next tick.
         """
-        return await self._cron_store(tx).cron_entry_list(datetime.now(UTC))
+        return await self._on(tx).cron_entry_list(datetime.now(UTC))
 
     async def cron_pause(self, name: str, *, tx: object | None = None) -> bool:
         """Pause an entry: its ticks enqueue nothing until :meth:`cron_resume`.
 
         Return whether it was found; pausing a paused entry changes nothing.
         """
-        found = await self._cron_store(tx).cron_entry_pause([_entry_name(name)])
-        if found and self.events.wants(AdminAction):
-            self.events.emit(AdminAction("cron_pause", (), {"entry": name}))
+        found = await self._on(tx).cron_entry_pause([_entry_name(name)])
+        if found:
+            self._emit("cron_pause", (), entry=name)
         return bool(found)
 
     async def cron_resume(self, name: str, *, tx: object | None = None) -> bool:
@@ -56,9 +45,9 @@ class AsyncPeriodicAdmin:
 
         Ticks that fell while it was paused are not enqueued: the next one is.
         """
-        resumed = await self._cron_store(tx).cron_entry_resume([_entry_name(name)])
-        if resumed and self.events.wants(AdminAction):
-            self.events.emit(AdminAction("cron_resume", (), {"entry": name}))
+        resumed = await self._on(tx).cron_entry_resume([_entry_name(name)])
+        if resumed:
+            self._emit("cron_resume", (), entry=name)
         return bool(resumed)
 
     async def cron_trigger(self, name: str, *, tx: object | None = None) -> int:
@@ -67,14 +56,13 @@ class AsyncPeriodicAdmin:
         The job is the one its newest declaration enqueues. Raises
         :class:`~pgqueue.JobNotFound` when there is no such entry.
         """
-        job_id = await self._cron_store(tx).cron_entry_trigger(_entry_name(name))
+        job_id = await self._on(tx).cron_entry_trigger(_entry_name(name))
         if job_id is None:
             raise JobNotFound(
                 f"no periodic entry named {name!r}: `pgqueue cron list` shows the entries "
                 "workers have declared"
             )
-        if self.events.wants(AdminAction):
-            self.events.emit(AdminAction("cron_trigger", (job_id,), {"entry": name}))
+        self._emit("cron_trigger", (job_id,), entry=name)
         return job_id
 
     async def cron_history(
@@ -93,7 +81,7 @@ class AsyncPeriodicAdmin:
             raise InvalidFilter(f"limit must be a whole number from 1 to {MAX_HISTORY}")
         if before is not None and before.tzinfo is None:
             before = before.replace(tzinfo=UTC)
-        return await self._cron_store(tx).cron_tick_history(_entry_name(name), before, limit)
+        return await self._on(tx).cron_tick_history(_entry_name(name), before, limit)
 
 
 def _entry_name(name: str) -> str:

@@ -17,7 +17,15 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, NoReturn
 
-from ..admin_codec import ActionRow, QueueRow, action_rows, running_jobs, workers_build
+from ..admin_codec import (
+    ActionRow,
+    QueueRow,
+    StatRow,
+    action_rows,
+    running_jobs,
+    stat_rows,
+    workers_build,
+)
 from ..enqueue import PreparedJob
 from ..errors import DatabaseError, JobIdConflict, SchemaNotMigrated
 from ..execution import ClaimedJob, Outcome
@@ -404,9 +412,9 @@ class AsyncStore(AsyncPeriodicStore):
         rows = await self._query(self._q.job_purge_count, (older_than, queues, statuses))
         return int(rows[0][0])
 
-    async def job_stats(self, queues: list[str] | None, completed: bool) -> list[tuple[Any, ...]]:
-        """Return the ``job_stats`` rows, for ``admin_codec.queue_stats_build``."""
-        return await self._query(self._q.job_stats, (queues, completed))
+    async def job_stats(self, queues: list[str] | None, completed: bool) -> list[StatRow]:
+        """Return the job counts per queue, kind and state (``completed`` only if asked)."""
+        return stat_rows(await self._query(self._q.job_stats, (queues, completed)))
 
     async def queue_list(self) -> list[QueueRow]:
         """Return every queue with a row (paused now, or once)."""

@@ -19,7 +19,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
-from ..admin_codec import ActionRow, QueueRow, action_rows, running_jobs, workers_build
+from ..admin_codec import (
+    ActionRow,
+    QueueRow,
+    StatRow,
+    action_rows,
+    running_jobs,
+    stat_rows,
+    workers_build,
+)
 from ..enqueue import PreparedJob
 from ..errors import DatabaseError, JobIdConflict, SchemaNotMigrated
 from ..execution import ClaimedJob, Outcome
@@ -398,9 +406,9 @@ class Store(PeriodicStore):
         rows = self._query(self._q.job_purge_count, (older_than, queues, statuses))
         return int(rows[0][0])
 
-    def job_stats(self, queues: list[str] | None, completed: bool) -> list[tuple[Any, ...]]:
-        """Return the ``job_stats`` rows, for ``admin_codec.queue_stats_build``."""
-        return self._query(self._q.job_stats, (queues, completed))
+    def job_stats(self, queues: list[str] | None, completed: bool) -> list[StatRow]:
+        """Return the job counts per queue, kind and state (``completed`` only if asked)."""
+        return stat_rows(self._query(self._q.job_stats, (queues, completed)))
 
     def queue_list(self) -> list[QueueRow]:
         """Return every queue with a row (paused now, or once)."""
