@@ -21,9 +21,12 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from .execution import ProcessStopped, ProcessTimeout
+
+if TYPE_CHECKING:
+    from .tracing import JobTracer
 
 __all__ = [
     "AdminAction",
@@ -272,6 +275,9 @@ class EventHub:
         # some handler takes every event of the type)
         self._asks: dict[type[Event], tuple[Callable[[type[Event]], bool], ...]] = {}
         self._warned: set[tuple[int, type[Event]]] = set()
+        self.tracer: JobTracer | None = None
+        """Wraps enqueues and runs in spans (``pgqueue.otel.instrument`` sets it; see
+        :mod:`pgqueue.tracing`); ``None``: no tracing, at no cost."""
 
     def subscribe(self, handler: Handler, *types: type[Event]) -> Callable[[], None]:
         """Call ``handler`` with every event of ``types`` (all events when none are given).

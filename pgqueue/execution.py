@@ -144,6 +144,8 @@ class ClaimedJob:
     # the periodic entry and tick that enqueued the job (its stored options say)
     periodic: str | None = None
     tick: datetime | None = None
+    # the enqueue's trace context (W3C headers), when a tracer was installed (pgqueue.tracing)
+    trace: dict[str, str] | None = None
 
     def context(self, cancelled: CancelSignal) -> JobContext:
         """Build the :class:`JobContext` handed to ``process``."""
@@ -209,6 +211,9 @@ def read_options(job: ClaimedJob, text: str | None) -> None:
                 raise ValueError(f"'periodic' must name the entry, got {_clip(str(periodic), 100)}")
             job.periodic = periodic["name"]
             job.tick = datetime.fromisoformat(str(periodic.get("tick")))
+        trace = options.get("trace")
+        if isinstance(trace, dict):  # a context that cannot be read is left out, never fatal
+            job.trace = {k: v for k, v in trace.items() if isinstance(v, str)}
     except (ValueError, RecursionError) as exc:  # json.JSONDecodeError is a ValueError
         job.options_error = f"cannot read the job's stored options: {exc}"
 

@@ -28,6 +28,7 @@ from ..jobs import JobHandle, Worker, WorkerRegistry
 from ..options import JobOptionKwargs, JobOptions
 from ..runtime_config import RuntimeConfig
 from ..settings import Settings
+from ..tracing import NO_SEND, SendSpan
 from .admin import AsyncAdmin
 from .driver import AsyncDriver
 from .periodic_admin import AsyncPeriodicAdmin
@@ -261,10 +262,12 @@ class AsyncClient(AsyncAdmin, AsyncPeriodicAdmin):
         """
         _check_on_conflict(on_conflict)
         prepared = self._prepare(job, call_options(options, option_kwargs))
-        if prepared.keyed:
-            handle = await self._insert_keyed(self.driver, prepared, on_conflict)
-        else:
-            handle = (await self._insert(self.driver, [prepared]))[0]
+        with self._send([prepared], False) as send:
+            if prepared.keyed:
+                handle = await self._insert_keyed(self.driver, prepared, on_conflict)
+            else:
+                handle = (await self._insert(self.driver, [prepared]))[0]
+            send.sent((handle,))
         if self.events.wants(JobsEnqueued) and handle.inserted:
             self.events.emit(JobsEnqueued((handle,)))
         return handle
@@ -288,10 +291,12 @@ class AsyncClient(AsyncAdmin, AsyncPeriodicAdmin):
         _check_on_conflict(on_conflict)
         prepared = self._prepare(job, call_options(options, option_kwargs))
         driver = self._tx_driver(tx)
-        if prepared.keyed:
-            handle = await self._insert_keyed(driver, prepared, on_conflict)
-        else:
-            handle = (await self._insert(driver, [prepared]))[0]
+        with self._send([prepared], True) as send:
+            if prepared.keyed:
+                handle = await self._insert_keyed(driver, prepared, on_conflict)
+            else:
+                handle = (await self._insert(driver, [prepared]))[0]
+            send.sent((handle,))
         if self.events.wants(JobsEnqueued) and handle.inserted:
             self.events.emit(JobsEnqueued((handle,), in_transaction=True))
         return handle
@@ -307,13 +312,15 @@ class AsyncClient(AsyncAdmin, AsyncPeriodicAdmin):
         limit never applies.
         """
         prepared = self._prepare_many(jobs, options)
-        if any(job.keyed for job in prepared):
-            async with self.driver.with_tx() as tx:
-                handles = await self._insert_mixed(tx, prepared)
-        elif len(prepared) >= COPY_MIN and self._store.supports_copy:
-            handles = await self._store.job_copy(prepared)
-        else:
-            handles = await self._insert(self.driver, prepared)
+        with self._send(prepared, False) as send:
+            if any(job.keyed for job in prepared):
+                async with self.driver.with_tx() as tx:
+                    handles = await self._insert_mixed(tx, prepared)
+            elif len(prepared) >= COPY_MIN and self._store.supports_copy:
+                handles = await self._store.job_copy(prepared)
+            else:
+                handles = await self._insert(self.driver, prepared)
+            send.sent(handles)
         self._emit_enqueued(handles, False)
         return handles
 
@@ -328,13 +335,23 @@ class AsyncClient(AsyncAdmin, AsyncPeriodicAdmin):
         """
         prepared = self._prepare_many(jobs, options)
         driver = self._tx_driver(tx)
-        if any(job.keyed for job in prepared):
-            async with driver.with_tx() as savepoint:
-                handles = await self._insert_mixed(savepoint, prepared)
-        else:
-            handles = await self._insert(driver, prepared)
+        with self._send(prepared, True) as send:
+            if any(job.keyed for job in prepared):
+                async with driver.with_tx() as savepoint:
+                    handles = await self._insert_mixed(savepoint, prepared)
+            else:
+                handles = await self._insert(driver, prepared)
+            send.sent(handles)
         self._emit_enqueued(handles, True)
         return handles
+
+    def _send(self, prepared: Sequence[PreparedJob], in_transaction: bool) -> SendSpan:
+        # the enqueue's span when a tracer is installed (pgqueue.otel); it writes the trace
+        # context into the jobs' options before they are inserted
+        tracer = self.events.tracer
+        if tracer is None or not prepared:
+            return NO_SEND
+        return tracer.send(prepared, in_transaction)
 
     def _emit_enqueued(self, handles: list[JobHandle], in_transaction: bool) -> None:
         if self.events.wants(JobsEnqueued):

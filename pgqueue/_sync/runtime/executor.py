@@ -167,11 +167,15 @@ class JobExecutor:
         except Exception as exc:
             return outcome_for_bad_payload(job, exc)
         ctx = job.context(running.cancel)
-        running.is_coroutine = is_coroutine_function(worker.process)
+        process = worker.process
+        tracer = self._events.tracer
+        if tracer is not None:  # the attempt's span, current where process() runs
+            process = tracer.wrap_process(job, process)
+        running.is_coroutine = is_coroutine_function(process)
         assert self._pool is not None
         started = time.monotonic()
         try:
-            call_process(self._pool, running, worker.process, ctx, self.stuck)
+            call_process(self._pool, running, process, ctx, self.stuck)
         except Exception as exc:
             job.duration = time.monotonic() - started
             return outcome_for_error(job, exc, self._config)
