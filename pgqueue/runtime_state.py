@@ -34,10 +34,12 @@ from .execution import ClaimedJob, Outcome, Running, signal_stop
 from .store_codec import UnknownKind
 
 __all__ = [
+    "HealthClock",
     "Notification",
     "Outbox",
     "RunTable",
     "UnknownKindWarnings",
+    "WorkerHealth",
     "finished_class",
     "job_finished",
     "job_retried",
@@ -277,3 +279,65 @@ def job_retried(job: ClaimedJob, outcome: Outcome) -> JobRetried:
         delay=outcome.delay,
         error=outcome.message,
     )
+
+
+@dataclass(frozen=True)
+class WorkerHealth:
+    """What a worker's health probes answer: ``runtime.health()``.
+
+    ``pgqueue worker --health-port`` serves it at ``/livez`` and ``/readyz``.
+
+    - ``alive`` (liveness): the runtime runs and its heartbeat loop made a pass, successful or
+      not, within ``2 * rescue_after`` seconds (at least 60): the process is not wedged. A
+      database that is down does not make a worker dead (restarting it would not help).
+    - ``ready`` (readiness): alive, not stopping, and the last heartbeat reached the database
+      within ``2 * heartbeat_interval + 5`` seconds, with no failed one since: it is
+      connected and the schema was current when it registered (it refuses to start otherwise).
+    - ``heartbeat_age``: seconds since the heartbeat loop's last pass; ``database_age``: since
+      it last reached the database (``None``: never); ``database_error``: the last failure's
+      message while it lasts; ``listener_connected``: whether the LISTEN session is up (when it
+      is not, queues are polled: still ready); ``leader``; ``running``: jobs running now.
+    """
+
+    alive: bool
+    ready: bool
+    stopping: bool
+    heartbeat_age: float
+    database_age: float | None
+    database_error: str | None
+    listener_connected: bool
+    leader: bool
+    running: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the fields as a JSON-ready dict (the probes' response body)."""
+        return {
+            "alive": self.alive,
+            "ready": self.ready,
+            "stopping": self.stopping,
+            "heartbeat_age": round(self.heartbeat_age, 3),
+            "database_age": None if self.database_age is None else round(self.database_age, 3),
+            "database_error": self.database_error,
+            "listener_connected": self.listener_connected,
+            "leader": self.leader,
+            "running": self.running,
+        }
+
+
+class HealthClock:
+    """When the heartbeat loop last made a pass and last reached the database (monotonic)."""
+
+    def __init__(self) -> None:
+        self.pass_at = time.monotonic()
+        self.ok_at: float | None = None
+        self.error: str | None = None
+
+    def ok(self) -> None:
+        """Record a pass that reached the database."""
+        self.pass_at = self.ok_at = time.monotonic()
+        self.error = None
+
+    def failed(self, error: str) -> None:
+        """Record a pass that failed to reach the database."""
+        self.pass_at = time.monotonic()
+        self.error = error

@@ -62,9 +62,7 @@ class JobTracer(Protocol):
         """
         ...
 
-    def wrap_process(
-        self, job: ClaimedJob, process: Callable[[Any], Any]
-    ) -> Callable[[Any], Any]:
+    def wrap_process(self, job: ClaimedJob, process: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """Return ``process`` wrapped so that it runs inside the attempt's span.
 
         The wrapper must be a coroutine function exactly when ``process`` is one: it runs

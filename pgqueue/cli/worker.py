@@ -25,6 +25,7 @@ import rich_click as click
 from .. import ConfigurationError, RuntimeConfig, WorkerRegistry
 from ..logs import TEXT_FORMAT, LogFormat, configure_logging
 from ._common import PassThrough, Target, help_panels, target_options
+from ._observe import OBSERVABILITY_PANEL, Observability, observability_options, observability_start
 
 __all__ = ["WorkerOptions", "load_registry", "parse_queues", "run_worker", "worker"]
 
@@ -100,10 +101,11 @@ class WorkerOptions:
     log_level: str
     config: RuntimeConfig
     log_format: LogFormat = "text"
+    observe: Observability = dataclasses.field(default_factory=Observability)
 
 
 @click.command("worker", short_help="run jobs until SIGTERM/SIGINT")
-@help_panels(RUNTIME_PANEL)
+@help_panels(OBSERVABILITY_PANEL, RUNTIME_PANEL)
 @click.argument(
     "registry",
     metavar="MODULE:REGISTRY",
@@ -165,6 +167,7 @@ class WorkerOptions:
     help="log lines as text, or one JSON object per line with the job's fields (job_id, "
     "job_kind, job_queue, job_attempt, duration, outcome, error, traceback...)",
 )
+@observability_options
 @target_options
 @_runtime_options
 @click.pass_context
@@ -178,6 +181,10 @@ def worker(
     periodic: bool,
     log_level: str,
     log_format: str,
+    metrics_port: int | None,
+    health_port: int | None,
+    http_host: str,
+    otel: bool,
     dsn: str | None,
     driver: str | None,
     schema: str,
@@ -198,6 +205,7 @@ def worker(
         use_asyncio=use_asyncio,
         log_level=log_level,
         log_format="json" if log_format.lower() == "json" else "text",
+        observe=Observability(metrics_port, health_port, http_host, otel),
         # seconds: one value per _RUNTIME_HELP entry
         config=dataclasses.replace(_DEFAULTS, periodic=periodic, **seconds),
     )
@@ -270,14 +278,18 @@ def run_worker(options: WorkerOptions) -> int:
     with options.target.connect(registry) as c:
         if options.migrate:
             c.migrate()
-        c.start(queues, config=options.config)
-        _log_started(options, queues, registry, "sync")
-        runtime = c.runtime
-        assert runtime is not None
-        stopper.attach(runtime)
-        while not runtime.wait_stopping(0.5):
-            pass
-        c.stop(0.0 if stopper.signals > 1 or runtime.fatal else None)
+        close_observability = observability_start(c, options.observe)
+        try:
+            c.start(queues, config=options.config)
+            _log_started(options, queues, registry, "sync")
+            runtime = c.runtime
+            assert runtime is not None
+            stopper.attach(runtime)
+            while not runtime.wait_stopping(0.5):
+                pass
+            c.stop(0.0 if stopper.signals > 1 or runtime.fatal else None)
+        finally:
+            close_observability()
     if runtime.fatal is not None:
         raise runtime.fatal  # a job's SystemExit or KeyboardInterrupt ends the command
     if stopper.signals > 1 or runtime.stuck_jobs:
@@ -366,14 +378,18 @@ async def _run_worker_async(
     async with client as c:
         if options.migrate:
             await c.migrate()
-        await c.start(queues, config=options.config)
-        _log_started(options, queues, registry, "asyncio")
-        runtime = c.runtime
-        assert runtime is not None
-        stopper.attach(runtime)
-        while not await runtime.wait_stopping(0.5):
-            pass
-        await c.stop(0.0 if stopper.signals > 1 or runtime.fatal else None)
+        close_observability = observability_start(c, options.observe)
+        try:
+            await c.start(queues, config=options.config)
+            _log_started(options, queues, registry, "asyncio")
+            runtime = c.runtime
+            assert runtime is not None
+            stopper.attach(runtime)
+            while not await runtime.wait_stopping(0.5):
+                pass
+            await c.stop(0.0 if stopper.signals > 1 or runtime.fatal else None)
+        finally:
+            close_observability()
     if runtime.fatal is not None:
         raise runtime.fatal  # a job's SystemExit or KeyboardInterrupt ends the command
     return 0, stopper.signals > 1

@@ -18,10 +18,11 @@ class Proxy:
     (a statement that committed on the server, whose client never learns it).
     """
 
-    def __init__(self, target: tuple[str, int] = ("127.0.0.1", 5432)) -> None:
+    def __init__(self, target: tuple[str, int] = ("127.0.0.1", 5432), port: int = 0) -> None:
         self.target = target
         self.drop_replies: str | None = None
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        # port: 0 picks a free one; a closed proxy's port brings "the database" back
+        self._listener = socket.create_server(("127.0.0.1", port))
         self.port: int = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
@@ -33,6 +34,9 @@ class Proxy:
             try:
                 client, _ = self._listener.accept()
             except OSError:
+                return
+            if self._closed:
+                client.close()
                 return
             try:
                 server = socket.create_connection(self.target)
@@ -68,5 +72,10 @@ class Proxy:
 
     def close(self) -> None:
         """Stop accepting and cut what is open."""
+        self._closed = True
+        # shutdown() wakes the thread blocked in accept(); close() alone leaves the socket
+        # listening until that call returns, and the next connection would still get through
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         self.cut()

@@ -15,6 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from ...events import EventHub, JobRetried, JobStarted
 from ...execution import (
@@ -165,7 +166,7 @@ class AsyncJobExecutor:
         except Exception as exc:
             return outcome_for_bad_payload(job, exc)
         ctx = job.context(running.cancel)
-        process = worker.process
+        process: Callable[[Any], Any] = worker.process
         tracer = self._events.tracer
         if tracer is not None:  # the attempt's span, current where process() runs
             process = tracer.wrap_process(job, process)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -21,7 +22,7 @@ from ...events import EventHub, LogSubscriber, WorkerStarted, WorkerStopped
 from ...jobs import WorkerRegistry
 from ...names import validate_queue
 from ...runtime_config import RuntimeConfig
-from ...runtime_state import RunTable
+from ...runtime_state import RunTable, WorkerHealth
 from ...settings import Settings
 from ...store_codec import InstanceIdentity
 from ..compat import Event, join, spawn, wait_event
@@ -84,6 +85,7 @@ class AsyncRuntime:
         )
         self._stopping = Event()
         self._stopped = Event()
+        self._started = False
         self._immediate = False  # read by the client: stop without waiting for jobs
         self._stop_started = False
         self._wake = {name: Event() for name in self.queues}
@@ -170,6 +172,39 @@ class AsyncRuntime:
         """How many jobs this instance is running now."""
         return len(self._runs)
 
+    def health(self) -> WorkerHealth:
+        """Return what the liveness and readiness probes answer now (see ``WorkerHealth``)."""
+        clock = self._heartbeat.clock
+        now = time.monotonic()
+        heartbeat_age = now - clock.pass_at
+        database_age = None if clock.ok_at is None else now - clock.ok_at
+        stopping = self._stopping.is_set()
+        alive = self._started and not self._stopped.is_set()
+        # A pass may wait for a pooled connection while the database is down (psycopg_pool:
+        # 30 s), and that is not a wedged process: only a loop silent for longer is.
+        alive = alive and heartbeat_age < max(2 * self.config.rescue_after, 60.0)
+        connected = database_age is not None and clock.error is None
+        fresh = database_age is not None and database_age < 2 * self.config.heartbeat_interval + 5
+        error = clock.error
+        if error is None and database_age is not None and not fresh:
+            # a beat still waiting for a connection has not failed yet, but it is late
+            error = f"no heartbeat has reached the database for {database_age:.0f}s"
+        return WorkerHealth(
+            alive=alive,
+            ready=alive and not stopping and connected and fresh,
+            stopping=stopping,
+            heartbeat_age=heartbeat_age,
+            database_age=database_age,
+            database_error=error,
+            listener_connected=self._listener.connected,
+            leader=self._leader.is_leader,
+            running=len(self._runs),
+        )
+
+    def running_by_queue(self) -> dict[str, int]:
+        """How many jobs this instance runs now, per queue it serves."""
+        return {name: self._runs.busy(name) for name in self.queues}
+
     @property
     def fatal(self) -> BaseException | None:
         """The ``KeyboardInterrupt`` or ``SystemExit`` a job raised, which stopped this runtime.
@@ -193,6 +228,8 @@ class AsyncRuntime:
         # a missing or outdated schema raises SchemaNotMigrated, which says what to run
         await self._store.schema_require_current()
         await self._store.instance_register(self._identity)
+        self._heartbeat.clock.ok()
+        self._started = True
         self._executor.open()
         self._flusher = spawn(self._writer.run, name="pgqueue-flusher")
         self._loops = [

@@ -14,7 +14,7 @@ import time
 
 from ...errors import DatabaseError
 from ...runtime_config import RuntimeConfig
-from ...runtime_state import RunTable, UnknownKindWarnings
+from ...runtime_state import HealthClock, RunTable, UnknownKindWarnings
 from ...store_codec import InstanceIdentity
 from ..compat import Event, wait_event
 from ..store import Store
@@ -45,6 +45,8 @@ class Heartbeat:
         self._runs = runs
         self._stopping = stopping
         self._unknown = UnknownKindWarnings(config.unknown_kind_interval * UNKNOWN_KIND_REWARN)
+        # what the health probes read: a wedged loop or a lost database shows here
+        self.clock = HealthClock()
 
     def run(self) -> None:
         """Beat until the runtime stops; a failed beat is logged and the next one tried."""
@@ -53,10 +55,12 @@ class Heartbeat:
             try:
                 for job_id in self._store.instance_heartbeat(self._identity):
                     self._runs.cancel(job_id)
+                self.clock.ok()
                 if time.monotonic() >= next_kind_check:
                     next_kind_check = time.monotonic() + self._config.unknown_kind_interval
                     self.check_unknown_kinds()
             except DatabaseError as exc:
+                self.clock.failed(str(exc))
                 logger.warning("heartbeat failed: %s", exc)
 
     def check_unknown_kinds(self) -> None:

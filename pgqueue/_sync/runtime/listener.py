@@ -53,6 +53,7 @@ class Listener:
         self._events = events
         self._instance_id = instance_id
         self._backoff = Backoff(_RETRY_FIRST, config.listener_reconnect_max, jitter=0.2)
+        self.connected = False  # the LISTEN session is up (the health probes report it)
 
     def run(self) -> None:
         """Listen, reconnecting with backoff whenever the session dies."""
@@ -62,6 +63,7 @@ class Listener:
             retry_in = self._backoff.upcoming
             try:
                 listener = self._driver.listener(self._channel)
+                self.connected = True
                 self._backoff.reset()
                 # Notifications sent while we were not listening are lost: look for work.
                 for wake in self._wake.values():
@@ -74,12 +76,14 @@ class Listener:
                     for note in listener.wait(wait):
                         self.on_notification(note.payload)
             except DatabaseError as exc:
+                self.connected = False
                 retry_in = self._backoff.next()
                 if lost_at is None:
                     lost_at = time.monotonic()
                 if not self._stopping.is_set() and self._events.wants(ListenerLost):
                     self._events.emit(ListenerLost(self._instance_id, str(exc), retry_in))
             finally:
+                self.connected = False
                 if listener is not None:
                     with contextlib.suppress(DatabaseError):
                         listener.close()

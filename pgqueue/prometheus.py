@@ -1,0 +1,370 @@
+"""Prometheus metrics of a client and its worker: ``pip install "pgqueue[prometheus]"``.
+
+:func:`collector` returns a ``prometheus_client`` collector, registered in the default registry
+unless told otherwise; ``pgqueue worker --metrics-port`` serves that registry at ``/metrics``.
+Two sources feed it:
+
+- the client's events (:mod:`pgqueue.events`), counted in this process as they happen: jobs
+  finished by queue, kind and outcome, how long they ran and waited, jobs enqueued, listener
+  reconnects, rescues; plus what the worker runtime knows now (jobs running, leadership);
+- the database, read at scrape time (``queue_stats`` and ``cron_list``): jobs per queue and
+  status, the age of the oldest waiting job, paused queues, live workers, each periodic entry's
+  last tick. Those reads are cached for ``cache_seconds`` and, in a worker, made only by the
+  leader (``database="auto"``), so fifty workers scraped every 15 s cost the database one
+  ``queue_stats`` per ``cache_seconds``, not fifty.
+
+Labels are queue, kind, outcome, status and periodic entry names: never a job id, arguments or
+error text, whose values have no bound. See docs/observability.md for the list and queries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Literal
+
+try:
+    from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.metrics_core import Metric
+    from prometheus_client.registry import Collector
+except ImportError as exc:  # pragma: no cover - the extra is missing
+    raise ImportError(
+        'pgqueue.prometheus needs prometheus_client: pip install "pgqueue[prometheus]"'
+    ) from exc
+
+from ._async.client import AsyncClient
+from ._sync.client import Client
+from .errors import ConfigurationError
+from .events import (
+    JobFinished,
+    JobsEnqueued,
+    JobsRescued,
+    ListenerReconnected,
+)
+from .records import PeriodicInfo, QueueStats
+
+__all__ = ["DURATION_BUCKETS", "PgqueueCollector", "collector"]
+
+logger = logging.getLogger("pgqueue")
+
+DURATION_BUCKETS: tuple[float, ...] = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+    600.0, 1800.0, 3600.0, float("inf"),
+)  # fmt: skip
+"""Histogram buckets of job duration and queue wait, in seconds (5 ms to an hour)."""
+
+DatabaseMode = Literal["auto", "always", "never"]
+_STATUSES = ("available", "scheduled", "processing", "failed", "cancelled")
+# how long a scrape waits for the database before it reports without the database's gauges
+_QUERY_TIMEOUT = 5.0
+
+Snapshot = tuple[list[QueueStats], list[PeriodicInfo]]
+
+
+class PgqueueCollector(Collector):
+    """The metrics of one client (and of the worker it runs); see :func:`collector`."""
+
+    def __init__(
+        self,
+        client: Client | AsyncClient,
+        *,
+        database: DatabaseMode = "auto",
+        cache_seconds: float = 10.0,
+        buckets: Sequence[float] = DURATION_BUCKETS,
+        namespace: str = "pgqueue",
+    ) -> None:
+        if database not in ("auto", "always", "never"):
+            raise ConfigurationError(
+                f"database must be 'auto', 'always' or 'never', got {database!r}"
+            )
+        if not isinstance(client, Client | AsyncClient):
+            raise TypeError(f"collector() takes a pgqueue Client or AsyncClient, got {client!r}")
+        self._client = client
+        self._database = database
+        self._cache_seconds = float(cache_seconds)
+        self._ns = namespace
+        self._loop: asyncio.AbstractEventLoop | None = None
+        if isinstance(client, AsyncClient):
+            try:
+                self._loop = asyncio.get_running_loop()
+            except RuntimeError:
+                raise ConfigurationError(
+                    "collector() of an AsyncClient must be created on its event loop (in a "
+                    "coroutine): the scrape runs the client's queries there"
+                ) from None
+        n = namespace
+        # unregistered: collect() yields them, so one registry holds one collector
+        self._finished = Counter(
+            f"{n}_jobs_finished", "Attempts that ended, by outcome: completed, retry, "
+            "failed, cancelled, snoozed, released.", ["queue", "kind", "outcome"], registry=None,
+        )  # fmt: skip
+        self._duration = Histogram(
+            f"{n}_job_duration_seconds", "Seconds an attempt's process() ran.",
+            ["queue", "kind"], registry=None, buckets=buckets,
+        )  # fmt: skip
+        self._wait = Histogram(
+            f"{n}_job_queue_wait_seconds", "Seconds from a job's due time (enqueue, or the end "
+            "of its delay or backoff) to the start of the attempt.", ["queue", "kind"],
+            registry=None, buckets=buckets,
+        )  # fmt: skip
+        self._enqueued = Counter(
+            f"{n}_jobs_enqueued", "Jobs this process enqueued (inserted; duplicates refused are "
+            "not counted).", ["queue", "kind"], registry=None,
+        )  # fmt: skip
+        self._reconnects = Counter(
+            f"{n}_listener_reconnects", "Times the worker's LISTEN session came back after "
+            "being lost.", registry=None,
+        )  # fmt: skip
+        self._rescued = Counter(
+            f"{n}_jobs_rescued", "Jobs this process, as leader, took back from dead workers.",
+            registry=None,
+        )  # fmt: skip
+        self._db_errors = Counter(
+            f"{n}_metrics_database_errors", "Scrapes whose database reads failed (their gauges "
+            "were left out).", registry=None,
+        )  # fmt: skip
+        # label values -> child: .labels() validates and locks on every call; a dict does not
+        self._finished_children: dict[tuple[str, str, str], Any] = {}
+        self._timing_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self._lock = threading.Lock()  # one database refresh at a time
+        self._snapshot: Snapshot | None = None
+        self._snapshot_at = 0.0
+        self._refreshing: asyncio.Task[None] | None = None
+        self._pending: Future[Snapshot] | None = None
+        self._reader: ThreadPoolExecutor | None = None
+        self._failing = False
+        hub = client.events
+        self._unsubscribe = [
+            hub.subscribe(self._on_finished, JobFinished),
+            hub.subscribe(self._on_enqueued, JobsEnqueued),
+            hub.subscribe(lambda e: self._reconnects.inc(), ListenerReconnected),
+            hub.subscribe(lambda e: self._rescued.inc(len(e.jobs)), JobsRescued),
+        ]
+
+    # -- events (the worker's threads and tasks call these: keep them short) ----------------
+
+    def _on_finished(self, event: JobFinished) -> None:
+        key = (event.queue, event.kind, event.outcome)
+        child = self._finished_children.get(key)
+        if child is None:
+            child = self._finished_children[key] = self._finished.labels(*key)
+        child.inc()
+        timing = self._timing_children.get(key[:2])
+        if timing is None:
+            timing = self._timing_children[key[:2]] = (
+                self._duration.labels(event.queue, event.kind),
+                self._wait.labels(event.queue, event.kind),
+            )
+        if event.duration is not None:
+            timing[0].observe(event.duration)
+        if event.queue_wait is not None and event.outcome != "released":
+            timing[1].observe(max(event.queue_wait, 0.0))
+
+    def _on_enqueued(self, event: JobsEnqueued) -> None:
+        for handle in event.jobs:
+            self._enqueued.labels(handle.queue, handle.kind).inc()
+
+    def close(self) -> None:
+        """Stop counting the client's events (unregister the collector yourself if needed)."""
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
+        self._unsubscribe = []
+        if self._reader is not None:
+            self._reader.shutdown(wait=False)
+
+    # -- scrape -----------------------------------------------------------------------------
+
+    def describe(self) -> Iterable[Metric]:
+        """Describe nothing up front: the database gauges are only known at scrape time."""
+        return ()
+
+    def collect(self) -> Iterable[Metric]:
+        """Yield the event counters, the runtime's gauges and (cached) the database's."""
+        yield from self._finished.collect()
+        yield from self._duration.collect()
+        yield from self._wait.collect()
+        yield from self._enqueued.collect()
+        yield from self._reconnects.collect()
+        yield from self._rescued.collect()
+        yield from self._runtime_metrics()
+        if self._reads_database():
+            snapshot = self._fresh_snapshot()
+            if snapshot is not None:
+                yield from self._database_metrics(*snapshot)
+        yield from self._db_errors.collect()
+
+    def _runtime_metrics(self) -> Iterable[Metric]:
+        runtime = self._client.runtime
+        if runtime is None:
+            return
+        n = self._ns
+        leader = GaugeMetricFamily(f"{n}_leader", "1 while this worker process is the leader.")
+        leader.add_metric([], 1.0 if runtime.is_leader else 0.0)
+        yield leader
+        running = GaugeMetricFamily(
+            f"{n}_worker_jobs_running", "Jobs this worker process runs now.", labels=["queue"]
+        )
+        concurrency = GaugeMetricFamily(
+            f"{n}_worker_concurrency", "Jobs this worker process may run at once.", labels=["queue"]
+        )
+        for queue, busy in runtime.running_by_queue().items():
+            running.add_metric([queue], float(busy))
+            concurrency.add_metric([queue], float(runtime.queues[queue]))
+        yield running
+        yield concurrency
+
+    def _reads_database(self) -> bool:
+        if self._database == "never":
+            return False
+        if self._database == "always":
+            return True
+        runtime = self._client.runtime
+        return runtime is None or runtime.is_leader
+
+    def _fresh_snapshot(self) -> Snapshot | None:
+        if (
+            self._snapshot is not None
+            and time.monotonic() - self._snapshot_at < self._cache_seconds
+        ):
+            return self._snapshot
+        loop = self._loop
+        if loop is not None and _on_loop(loop):
+            # a scrape on the client's own loop (an async /metrics endpoint) must not block it:
+            # it gets the last snapshot, and the next one is read in the background
+            if self._refreshing is None or self._refreshing.done():
+                self._refreshing = loop.create_task(self._refresh_async())
+            return self._snapshot
+        with self._lock:  # concurrent scrapes: one reads, the others get its result
+            if self._cached():
+                return self._snapshot
+            # A read outlives a scrape that gave up on it (a database that does not answer):
+            # the next scrape waits for that one rather than piling up another.
+            pending = self._pending
+            if pending is None or pending.done():
+                pending = self._pending = self._start_read()
+            try:
+                self._store(pending.result(_QUERY_TIMEOUT))
+            except Exception as exc:  # a scrape must answer, with what it has
+                self._failed(exc)
+        return self._snapshot
+
+    def _start_read(self) -> Future[Snapshot]:
+        if self._loop is not None:
+            return asyncio.run_coroutine_threadsafe(self._read_async(), self._loop)
+        client = self._client
+        assert isinstance(client, Client)
+        if self._reader is None:
+            self._reader = ThreadPoolExecutor(1, thread_name_prefix="pgqueue-metrics")
+        return self._reader.submit(lambda: (client.queue_stats(), client.cron_list()))
+
+    def _cached(self) -> bool:
+        age = time.monotonic() - self._snapshot_at
+        return self._snapshot is not None and age < self._cache_seconds
+
+    async def _read_async(self) -> Snapshot:
+        assert isinstance(self._client, AsyncClient)
+        return await self._client.queue_stats(), await self._client.cron_list()
+
+    async def _refresh_async(self) -> None:
+        try:
+            self._store(await asyncio.wait_for(self._read_async(), _QUERY_TIMEOUT))
+        except Exception as exc:  # a scrape must answer, with what it has
+            self._failed(exc)
+
+    def _store(self, snapshot: Snapshot) -> None:
+        self._snapshot, self._snapshot_at = snapshot, time.monotonic()
+        self._failing = False
+
+    def _failed(self, exc: BaseException) -> None:
+        # stale numbers would say the backlog is fine: leave the gauges out instead
+        self._snapshot = None
+        self._db_errors.inc()
+        if not self._failing:
+            why = str(exc) or f"{type(exc).__name__}, after {_QUERY_TIMEOUT:.0f}s"
+            logger.warning("metrics: reading the queues' state failed (%s); gauges left out", why)
+        self._failing = True
+
+    def _database_metrics(
+        self, queues: list[QueueStats], entries: list[PeriodicInfo]
+    ) -> Iterable[Metric]:
+        n = self._ns
+        jobs = GaugeMetricFamily(
+            f"{n}_queue_jobs", "Jobs per queue and status (available: due and waiting; "
+            "scheduled: due later); completed jobs are not counted.", labels=["queue", "status"],
+        )  # fmt: skip
+        oldest = GaugeMetricFamily(
+            f"{n}_queue_oldest_pending_age_seconds", "Seconds since the longest-waiting "
+            "available job fell due (0 when none waits): how far behind the workers are.",
+            labels=["queue"],
+        )  # fmt: skip
+        paused = GaugeMetricFamily(
+            f"{n}_queue_paused", "1 while an operator has paused the queue.", labels=["queue"]
+        )
+        workers = GaugeMetricFamily(
+            f"{n}_queue_workers", "Live worker processes serving the queue.", labels=["queue"]
+        )
+        for stats in queues:
+            counts = stats.counts
+            for status in _STATUSES:
+                jobs.add_metric([stats.queue, status], float(getattr(counts, status)))
+            oldest.add_metric([stats.queue], stats.oldest_available_age or 0.0)
+            paused.add_metric([stats.queue], 1.0 if stats.paused else 0.0)
+            workers.add_metric([stats.queue], float(stats.workers))
+        yield from (jobs, oldest, paused, workers)
+        ticks = GaugeMetricFamily(
+            f"{n}_periodic_last_tick_timestamp_seconds", "Unix time of the newest tick of each "
+            "periodic entry that was acted on (absent before the first).", labels=["entry"],
+        )  # fmt: skip
+        entry_paused = GaugeMetricFamily(
+            f"{n}_periodic_paused", "1 while an operator has paused the periodic entry.",
+            labels=["entry"],
+        )  # fmt: skip
+        for entry in entries:
+            if entry.last_tick is not None:
+                ticks.add_metric([entry.name], entry.last_tick.timestamp())
+            entry_paused.add_metric([entry.name], 1.0 if entry.paused else 0.0)
+        yield from (ticks, entry_paused)
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+def collector(
+    client: Client | AsyncClient,
+    *,
+    registry: CollectorRegistry | None = REGISTRY,
+    database: DatabaseMode = "auto",
+    cache_seconds: float = 10.0,
+    buckets: Sequence[float] = DURATION_BUCKETS,
+    namespace: str = "pgqueue",
+) -> PgqueueCollector:
+    """Return a Prometheus collector of ``client``'s metrics, registered in ``registry``.
+
+    ``registry``: ``prometheus_client``'s default one unless given; ``None`` registers nothing
+    (register it yourself). Serve the registry as you already do (``make_asgi_app``,
+    ``generate_latest``...), or let ``pgqueue worker --metrics-port`` do it.
+
+    ``database``: who reads the database's gauges at scrape time: ``"auto"`` (a client that
+    runs a worker reads them only while it is the leader; one that does not, always),
+    ``"always"`` or ``"never"``. Reads are cached for ``cache_seconds``. An
+    :class:`AsyncClient`'s collector must be created on its event loop.
+    """
+    built = PgqueueCollector(
+        client,
+        database=database,
+        cache_seconds=cache_seconds,
+        buckets=buckets,
+        namespace=namespace,
+    )
+    if registry is not None:
+        registry.register(built)
+    return built
