@@ -1,11 +1,10 @@
 """Jobs that open spans of their own, and an instrumented worker process for tests/test_otel.py.
 
-In-process, the tests point ``PROVIDER`` at their own TracerProvider. Run as
-``python -m tests.otel_worker`` (with ``PGQUEUE_DSN``, ``PGQUEUE_SCHEMA`` and
-``PGQUEUE_TEST_SPANS``), it is the second process of the two-process trace: a sync client with
-``pgqueue.otel.instrument`` on an SDK TracerProvider whose exporter appends each ended span to
-the ``PGQUEUE_TEST_SPANS`` file as one JSON line; it runs the ``otel`` queue until SIGTERM.
-(``pgqueue worker`` builds its client itself and has no hook to instrument it.)
+In-process, the tests point ``PROVIDER`` at their own TracerProvider. As the registry of
+``pgqueue worker tests.otel_worker:registry --otel`` with ``PGQUEUE_TEST_SPANS`` set, it is the
+second process of the two-process trace: on import it sets the global tracer provider to an SDK
+one whose exporter appends each ended span to that file as one JSON line, as an application's
+registry module would set up its exporter.
 """
 
 from __future__ import annotations
@@ -13,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
@@ -101,26 +100,20 @@ class JsonLinesExporter(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
-def main() -> None:
+def configure_from_environment() -> None:
+    """Set up the SDK as a user's registry module would, for ``pgqueue worker --otel``.
+
+    With ``PGQUEUE_TEST_SPANS`` set (the worker process of the two-process test), the global
+    tracer provider exports each ended span to that file; ``--otel`` instruments the worker's
+    client with the global providers.
+    """
     global PROVIDER
-    from pgqueue.otel import instrument
-
+    path = os.environ.get("PGQUEUE_TEST_SPANS")
+    if path is None:
+        return
     PROVIDER = TracerProvider()
-    PROVIDER.add_span_processor(
-        SimpleSpanProcessor(JsonLinesExporter(os.environ["PGQUEUE_TEST_SPANS"]))
-    )
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
-    settings = pgqueue.Settings(schema=os.environ["PGQUEUE_SCHEMA"])
-    with pgqueue.Client.connect(registry=registry, settings=settings) as client:
-        instrument(client, tracer_provider=PROVIDER, metrics=False)
-        client.start({"otel": 4}, config=pgqueue.RuntimeConfig(poll_interval=0.2))
-        print("ready", flush=True)
-        while not stop.wait(0.1):
-            pass
-        client.stop(5)
-    PROVIDER.shutdown()
+    PROVIDER.add_span_processor(SimpleSpanProcessor(JsonLinesExporter(path)))
+    trace.set_tracer_provider(PROVIDER)
 
 
-if __name__ == "__main__":
-    main()
+configure_from_environment()

@@ -2,8 +2,8 @@
 
 The SDK's in-memory exporter and metric reader on providers passed to ``instrument`` (the
 global providers are never set in this process); real workers on a real database, in-process
-(sync and asyncio) and as a second process (``python -m tests.otel_worker``) for the trace
-that crosses processes.
+(sync and asyncio) and as a second process (``pgqueue worker tests.otel_worker:registry
+--otel``) for the trace that crosses processes.
 """
 
 from __future__ import annotations
@@ -438,8 +438,10 @@ def test_a_trace_across_two_processes(
         "PGQUEUE_SCHEMA": schema,
         "PGQUEUE_TEST_SPANS": str(spans_file),
     }
+    # the worker as users run it: `pgqueue worker --otel`, the SDK set up by the registry module
+    worker = ["worker", "tests.otel_worker:registry", "--otel", "--queues", "otel=4"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.otel_worker"],
+        [sys.executable, "-m", "pgqueue", *worker, "--poll-interval", "0.2"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

@@ -345,3 +345,22 @@ def test_a_scrape_answers_while_the_database_read_hangs(
             what="the gauges back",
         )
         built.close()
+
+
+def test_the_docs_list_every_metric(database_url: str, settings: pgqueue.Settings) -> None:
+    from tests.test_docs import table_names
+
+    with pgqueue.Client.connect(database_url, settings=settings, registry=jobs.registry) as c:
+        c.migrate()
+        built = collector(c, registry=None, database="always")
+        c.start({"default": 1})
+        try:
+            families = {family.name for family in built.collect()}
+        finally:
+            c.stop()
+            built.close()
+    # prometheus_client names a counter's family without its _total suffix
+    documented = {
+        name.removesuffix("_total") for name in table_names("observability.md", "### The metrics")
+    }
+    assert documented == families
