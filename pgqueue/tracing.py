@@ -67,7 +67,9 @@ class JobTracer(Protocol):
 
         The wrapper must be a coroutine function exactly when ``process`` is one: it runs
         where ``process`` would (the job's thread or task), so the span is the current one
-        for the job's own code.
+        for the job's own code. Return a bound method of a per-attempt object (as
+        ``pgqueue.otel`` does), not a new closure per attempt: the runtime remembers per
+        function whether it is a coroutine function, keyed by a bound method's function.
         """
         ...
 
