@@ -20,18 +20,26 @@ error text, whose values have no bound. See docs/observability.md for the list a
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import math
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Literal
+from typing import Literal, cast
 
 try:
-    from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
-    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client import REGISTRY, CollectorRegistry, Counter
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+    )
     from prometheus_client.metrics_core import Metric
     from prometheus_client.registry import Collector
+    from prometheus_client.utils import floatToGoString
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError(
         'pgqueue.prometheus needs prometheus_client: pip install "pgqueue[prometheus]"'
@@ -64,6 +72,29 @@ _STATUSES = ("available", "scheduled", "processing", "failed", "cancelled")
 _QUERY_TIMEOUT = 5.0
 
 Snapshot = tuple[list[QueueStats], list[PeriodicInfo]]
+# a bucket's "le" label as prometheus_client writes it ("0.005", "1.0", "+Inf"); it is untyped
+_le = cast(Callable[[float], str], floatToGoString)
+
+
+class _Count:
+    """A counter's value for one label set, and when it was first counted."""
+
+    __slots__ = ("created", "value")
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        self.created = time.time()
+
+
+class _Histogram:
+    """A histogram's bucket counts (not cumulative) and sum for one label set."""
+
+    __slots__ = ("counts", "created", "sum")
+
+    def __init__(self, size: int) -> None:
+        self.counts = [0] * size
+        self.sum = 0.0
+        self.created = time.time()
 
 
 class PgqueueCollector(Collector):
@@ -98,20 +129,17 @@ class PgqueueCollector(Collector):
                     "coroutine): the scrape runs the client's queries there"
                 ) from None
         n = namespace
+        self._bounds = _bucket_bounds(buckets)
+        self._bound_names = [_le(b) for b in self._bounds]
+        # An attempt's end is counted in plain numbers under one lock and made into metrics at
+        # scrape time: through prometheus_client's Counter and Histograms (a lock per value,
+        # five per event) it cost a worker four times as much (benchmarks/observability.py).
+        self._counting = threading.Lock()
+        self._finished: dict[tuple[str, str, str], _Count] = {}
+        self._timings: dict[tuple[str, str], tuple[_Histogram, _Histogram]] = {}
+        # (queue, kind, outcome) -> what an event of theirs updates
+        self._cells: dict[tuple[str, str, str], tuple[_Count, _Histogram, _Histogram]] = {}
         # unregistered: collect() yields them, so one registry holds one collector
-        self._finished = Counter(
-            f"{n}_jobs_finished", "Attempts that ended, by outcome: completed, retry, "
-            "failed, cancelled, snoozed, released.", ["queue", "kind", "outcome"], registry=None,
-        )  # fmt: skip
-        self._duration = Histogram(
-            f"{n}_job_duration_seconds", "Seconds an attempt's process() ran.",
-            ["queue", "kind"], registry=None, buckets=buckets,
-        )  # fmt: skip
-        self._wait = Histogram(
-            f"{n}_job_queue_wait_seconds", "Seconds from a job's due time (enqueue, or the end "
-            "of its delay or backoff) to the start of the attempt.", ["queue", "kind"],
-            registry=None, buckets=buckets,
-        )  # fmt: skip
         self._enqueued = Counter(
             f"{n}_jobs_enqueued", "Jobs this process enqueued (inserted; duplicates refused are "
             "not counted).", ["queue", "kind"], registry=None,
@@ -128,9 +156,6 @@ class PgqueueCollector(Collector):
             f"{n}_metrics_database_errors", "Scrapes whose database reads failed (their gauges "
             "were left out).", registry=None,
         )  # fmt: skip
-        # label values -> child: .labels() validates and locks on every call; a dict does not
-        self._finished_children: dict[tuple[str, str, str], Any] = {}
-        self._timing_children: dict[tuple[str, str], tuple[Any, Any]] = {}
         self._lock = threading.Lock()  # one database refresh at a time
         self._snapshot: Snapshot | None = None
         self._snapshot_at = 0.0
@@ -150,24 +175,36 @@ class PgqueueCollector(Collector):
 
     def _on_finished(self, event: JobFinished) -> None:
         key = (event.queue, event.kind, event.outcome)
-        child = self._finished_children.get(key)
-        if child is None:
-            child = self._finished_children[key] = self._finished.labels(*key)
-        child.inc()
-        timing = self._timing_children.get(key[:2])
-        if timing is None:
-            timing = self._timing_children[key[:2]] = (
-                self._duration.labels(event.queue, event.kind),
-                self._wait.labels(event.queue, event.kind),
-            )
-        if event.duration is not None:
-            timing[0].observe(event.duration)
-        if event.queue_wait is not None and event.outcome != "released":
-            timing[1].observe(max(event.queue_wait, 0.0))
+        cells = self._cells.get(key) or self._add_cells(key)
+        count, duration, wait = cells
+        took, waited = event.duration, event.queue_wait
+        bounds = self._bounds
+        with self._counting:
+            count.value += 1
+            if took is not None:
+                duration.counts[bisect_left(bounds, took)] += 1  # the first bucket >= it
+                duration.sum += took
+            if waited is not None and event.outcome != "released":
+                waited = waited if waited > 0.0 else 0.0
+                wait.counts[bisect_left(bounds, waited)] += 1
+                wait.sum += waited
+
+    def _add_cells(self, key: tuple[str, str, str]) -> tuple[_Count, _Histogram, _Histogram]:
+        with self._counting:
+            count = self._finished.setdefault(key, _Count())
+            size = len(self._bounds)
+            timing = self._timings.setdefault(key[:2], (_Histogram(size), _Histogram(size)))
+            cells = self._cells[key] = (count, *timing)
+        return cells
 
     def _on_enqueued(self, event: JobsEnqueued) -> None:
+        # a batch is counted per queue and kind, not per job: .labels() locks on every call
+        counts: dict[tuple[str, str], int] = {}
         for handle in event.jobs:
-            self._enqueued.labels(handle.queue, handle.kind).inc()
+            key = (handle.queue, handle.kind)
+            counts[key] = counts.get(key, 0) + 1
+        for key, count in counts.items():
+            self._enqueued.labels(*key).inc(count)
 
     def close(self) -> None:
         """Stop counting the client's events (unregister the collector yourself if needed)."""
@@ -185,11 +222,12 @@ class PgqueueCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         """Yield the event counters, the runtime's gauges and (cached) the database's."""
-        yield from self._finished.collect()
-        yield from self._duration.collect()
-        yield from self._wait.collect()
+        reconnects = self._reconnects.collect()
+        # the created series as prometheus_client gives its own (disable_created_metrics())
+        created = any(s.name.endswith("_created") for m in reconnects for s in m.samples)
+        yield from self._event_metrics(created)
         yield from self._enqueued.collect()
-        yield from self._reconnects.collect()
+        yield from reconnects
         yield from self._rescued.collect()
         yield from self._runtime_metrics()
         if self._reads_database():
@@ -197,6 +235,38 @@ class PgqueueCollector(Collector):
             if snapshot is not None:
                 yield from self._database_metrics(*snapshot)
         yield from self._db_errors.collect()
+
+    def _event_metrics(self, created: bool) -> Iterable[Metric]:
+        n = self._ns
+        finished = CounterMetricFamily(
+            f"{n}_jobs_finished", "Attempts that ended, by outcome: completed, retry, failed, "
+            "cancelled, snoozed, released.", labels=["queue", "kind", "outcome"],
+        )  # fmt: skip
+        duration = HistogramMetricFamily(
+            f"{n}_job_duration_seconds", "Seconds an attempt's process() ran.",
+            labels=["queue", "kind"],
+        )  # fmt: skip
+        wait = HistogramMetricFamily(
+            f"{n}_job_queue_wait_seconds", "Seconds from a job's due time (enqueue, or the end "
+            "of its delay or backoff) to the start of the attempt.", labels=["queue", "kind"],
+        )  # fmt: skip
+        with self._counting:  # a consistent copy; the metrics are built outside the lock
+            counts = [(key, c.value, c.created) for key, c in self._finished.items()]
+            timings = [
+                (key, family, list(h.counts), h.sum, h.created)
+                for key, pair in self._timings.items()
+                for family, h in zip((duration, wait), pair, strict=True)
+            ]
+        for key, value, since in counts:
+            finished.add_metric(key, value, created=since if created else None)
+        for (queue, kind), family, counts_of, total, since in timings:
+            cumulative = [float(c) for c in itertools.accumulate(counts_of)]
+            family.add_metric(
+                [queue, kind], list(zip(self._bound_names, cumulative, strict=True)), total
+            )
+            if created:
+                family.add_sample(f"{family.name}_created", {"queue": queue, "kind": kind}, since)
+        return (finished, duration, wait)
 
     def _runtime_metrics(self) -> Iterable[Metric]:
         runtime = self._client.runtime
@@ -329,6 +399,18 @@ class PgqueueCollector(Collector):
                 ticks.add_metric([entry.name], entry.last_tick.timestamp())
             entry_paused.add_metric([entry.name], 1.0 if entry.paused else 0.0)
         yield from (ticks, entry_paused)
+
+
+def _bucket_bounds(buckets: Sequence[float]) -> list[float]:
+    """Check histogram buckets as prometheus_client does: sorted, +Inf last (added if absent)."""
+    bounds = [float(b) for b in buckets]
+    if bounds != sorted(bounds):
+        raise ValueError("Buckets not in sorted order")
+    if bounds and bounds[-1] != math.inf:
+        bounds.append(math.inf)
+    if len(bounds) < 2:
+        raise ValueError("Must have at least two buckets")
+    return bounds
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
