@@ -10,7 +10,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: help
 help: ## Show this help
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-20s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -84,6 +84,10 @@ bench-quick: $(BENCH_STAMP) ## A few-minute smoke run of the benchmarks (not for
 .PHONY: bench-admin
 bench-admin: $(BENCH_STAMP) ## Admin API reads on 1M finished + 100k pending jobs (~1 min; BENCH_ARGS="--help")
 	$(BENCH_VENV)/bin/python -m benchmarks.admin_queries $(BENCH_ARGS)
+
+.PHONY: bench-observability
+bench-observability: $(BENCH_STAMP) ## Drain cost of the events seam, Prometheus, OpenTelemetry (~4 min; BENCH_ARGS="--help")
+	$(BENCH_VENV)/bin/python -m benchmarks.observability $(BENCH_ARGS)
 
 .PHONY: docs
 docs: ## List the documentation

@@ -276,8 +276,9 @@ def main() -> None:
         path = Path(sys.argv[1])
     else:
         files = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
-        # the admin queries' results (benchmarks/admin_queries.py) have a section of their own
-        files = [f for f in files if "-admin" not in f.name]
+        # the admin queries' and the observability runs' results (admin_queries.py,
+        # observability.py) have sections of their own
+        files = [f for f in files if "-admin" not in f.name and "-observability" not in f.name]
         files = [f for f in files if "quick" not in f.name] or files
         # a before/after comparison (pgqueue-base/ subjects, docs/benchmarks.md's "Before and
         # after a change") measures one change, not pgqueue against its peers
