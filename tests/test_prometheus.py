@@ -88,8 +88,9 @@ def stop(proc: subprocess.Popen[bytes], log: Path) -> None:
     assert proc.wait(30) == 0, log.read_text()
 
 
+@pytest.mark.parametrize("runtime", ["sync", "asyncio"])
 def test_a_worker_process_serves_the_metrics_of_known_jobs(
-    database_url: str, schema: str, tmp_path: Path, db: Any
+    database_url: str, schema: str, tmp_path: Path, db: Any, runtime: str
 ) -> None:
     client = pgqueue.Client.connect(database_url, settings=pgqueue.Settings(schema=schema))
     client.migrate()
@@ -101,7 +102,9 @@ def test_a_worker_process_serves_the_metrics_of_known_jobs(
     client.pause_queue("held")
     env = {**clean_env(), "PGQUEUE_DSN": database_url, "PGQUEUE_SCHEMA": schema}
     log = tmp_path / "worker.log"
-    proc = start_worker(env, log, "--queues", "default=4,ticks=1", "--metrics-port", "0")
+    asyncio_flag = ["--asyncio"] if runtime == "asyncio" else []
+    args = ("--queues", "default=4,ticks=1", "--metrics-port", "0", *asyncio_flag)
+    proc = start_worker(env, log, *args)
     try:
         port = served_port(log, "metrics and health probes")
         table = f'"{schema}".pgqueue_jobs'
