@@ -1,0 +1,1 @@
+"""The pytest plugin of :mod:`pgqueue.testing` (being built: issue 17)."""
