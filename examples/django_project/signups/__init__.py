@@ -1,0 +1,1 @@
+"""The example app: sign-ups, and the tasks that welcome them."""

@@ -1,0 +1,1 @@
+"""The ``pgqueue`` management command."""

@@ -1,0 +1,1 @@
+"""The migrations of the table of task results."""
