@@ -137,6 +137,8 @@ class Queries:
     job_cleanup: str
     unique_lock_expire: str
     job_unknown_kinds: str
+    job_claim_by_ids: str
+    job_make_due: str
     # admin.sql
     job_list_id_desc: str
     job_list_id_asc: str

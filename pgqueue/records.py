@@ -10,15 +10,17 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 __all__ = [
     "Attempt",
     "BulkResult",
     "JobInfo",
     "JobPage",
+    "JobResult",
     "PeriodicInfo",
     "QueueStats",
+    "ResultOutcome",
     "RunningJob",
     "StatusCounts",
     "TickInfo",
@@ -280,3 +282,40 @@ class PeriodicInfo:
 
 PeriodicInfo.__module__ = "pgqueue"
 TickInfo.__module__ = "pgqueue"
+
+
+ResultOutcome = Literal["completed", "retry", "failed", "cancelled", "snoozed"]
+"""How a run of a job ended, as :class:`JobResult` says it."""
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """How one run of a job ended, as ``pgqueue.testing`` reports it.
+
+    - ``id``: the job's row id; ``None`` from ``perform_job``, which stores nothing.
+    - ``kind``, ``queue``, ``attempt`` (1 for a first run), ``args`` (the stored arguments it
+      was built from; ``None`` if they are not a JSON object).
+    - ``outcome``: ``"completed"``; ``"retry"`` (it raised or timed out, and another attempt is
+      scheduled ``retry_in`` seconds later); ``"failed"`` (it raised on its last attempt, raised
+      ``Discard``, or could not be built from its arguments); ``"cancelled"`` (it raised
+      ``Cancel``); ``"snoozed"`` (it raised ``Retry(in_=...)``: it runs again ``retry_in``
+      seconds later, and the attempt is not counted).
+    - ``error``: the message a worker stores as the job's ``last_error`` (``Type: message``,
+      ``timed out after 2s``, the reason of a ``Cancel`` or ``Discard``), else ``None``.
+    - ``exception``: the exception behind a ``retry`` or ``failed`` outcome when the job raised
+      one (a timeout is ``pgqueue.execution.ProcessTimeout``); ``None`` for the other outcomes,
+      and for ``Cancel``, ``Discard`` and ``Retry``, whose effect is the outcome itself.
+    - ``retry_in``: seconds until the next run, for ``retry`` and ``snoozed``; else ``None``.
+    - ``duration``: seconds ``process`` ran; ``None`` when it did not run.
+    """
+
+    id: int | None
+    kind: str
+    queue: str
+    attempt: int
+    outcome: ResultOutcome
+    error: str | None = None
+    exception: BaseException | None = field(default=None, compare=False)
+    retry_in: float | None = None
+    duration: float | None = field(default=None, compare=False)
+    args: dict[str, Any] | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Literal
+from typing import Literal, Protocol
 
 from typing_extensions import Unpack
 
@@ -36,7 +36,7 @@ from .runtime import AsyncRuntime
 from .schema import schema_migrate, schema_uninstall, schema_version
 from .store import AsyncStore
 
-__all__ = ["AsyncClient"]
+__all__ = ["AsyncClient", "AsyncInsertHook"]
 
 # Rows per job_insert_many statement: large enough to amortise the round trip, small enough to
 # keep the arrays of one statement to a few MB.
@@ -49,6 +49,18 @@ JobSpec = Worker | tuple[Worker, JobOptions | None]
 
 OnConflict = Literal["raise", "ignore"]
 """What ``add_job`` does with a duplicate: raise, or return the existing job's handle."""
+
+
+class AsyncInsertHook(Protocol):
+    """What :attr:`AsyncClient.insert_hook` holds: called after an enqueue's insert."""
+
+    async def __call__(self, driver: AsyncDriver, handles: list[JobHandle]) -> None:
+        """Act on ``handles`` (those with ``inserted=False`` are duplicates), on ``driver``.
+
+        ``driver`` is the one the jobs were inserted on: the client's own, or the caller's
+        transaction for ``add_job_with_tx``.
+        """
+        ...
 
 
 def _check_on_conflict(value: str) -> None:
@@ -97,6 +109,12 @@ class AsyncClient(AsyncAdmin, AsyncPeriodicAdmin):
         """Where the client and its workers emit :mod:`pgqueue.events`; subscribe here."""
         self.log_subscription = self.events.subscribe(LogSubscriber(), *LogSubscriber.TYPES)
         """Call it to stop the default logging of job failures, rescues and leadership."""
+        self.insert_hook: AsyncInsertHook | None = None
+        """Called after every enqueue with the driver and the handles (``None``: nothing is).
+
+        ``pgqueue.testing``'s inline mode sets it to run the jobs at once. When set, an
+        enqueue returns only after the hook did; what it raises, the enqueue raises.
+        """
 
     @classmethod
     async def connect(
@@ -270,6 +288,8 @@ class AsyncClient(AsyncAdmin, AsyncPeriodicAdmin):
             send.sent((handle,))
         if self.events.wants(JobsEnqueued) and handle.inserted:
             self.events.emit(JobsEnqueued((handle,)))
+        if self.insert_hook is not None:
+            await self.insert_hook(self.driver, [handle])
         return handle
 
     async def add_job_with_tx(
@@ -299,6 +319,8 @@ class AsyncClient(AsyncAdmin, AsyncPeriodicAdmin):
             send.sent((handle,))
         if self.events.wants(JobsEnqueued) and handle.inserted:
             self.events.emit(JobsEnqueued((handle,), in_transaction=True))
+        if self.insert_hook is not None:
+            await self.insert_hook(driver, [handle])
         return handle
 
     async def add_jobs(
@@ -322,6 +344,8 @@ class AsyncClient(AsyncAdmin, AsyncPeriodicAdmin):
                 handles = await self._insert(self.driver, prepared)
             send.sent(handles)
         self._emit_enqueued(handles, False)
+        if self.insert_hook is not None:
+            await self.insert_hook(self.driver, handles)
         return handles
 
     async def add_jobs_with_tx(
@@ -343,6 +367,8 @@ class AsyncClient(AsyncAdmin, AsyncPeriodicAdmin):
                 handles = await self._insert(driver, prepared)
             send.sent(handles)
         self._emit_enqueued(handles, True)
+        if self.insert_hook is not None:
+            await self.insert_hook(driver, handles)
         return handles
 
     def _send(self, prepared: Sequence[PreparedJob], in_transaction: bool) -> SendSpan:

@@ -286,6 +286,34 @@ class AsyncStore(AsyncPeriodicStore):
         rows = await self._query(self._q.job_finish_many, finish_params(batch))
         return {int(row[0]) for row in rows}
 
+    async def job_claim_by_ids(
+        self,
+        ids: Sequence[int],
+        kinds: list[str],
+        instance_id: uuid.UUID,
+        lease: uuid.UUID,
+        worker_id: str,
+    ) -> list[ClaimedJob]:
+        """Claim the pending jobs ``ids`` of ``kinds``, due or not (``pgqueue.testing``).
+
+        The jobs come back in the order of ``ids``; those not pending are left out.
+        """
+        rows = await self._query(
+            self._q.job_claim_by_ids, (list(ids), instance_id, lease, worker_id, kinds)
+        )
+        jobs = claim_decode(rows, lease, "").jobs
+        for job, row in zip(jobs, rows, strict=True):
+            job.queue = str(row[9])  # job_claim's rows are of one queue; these name theirs
+        order = {job_id: i for i, job_id in enumerate(ids)}
+        return sorted(jobs, key=lambda job: order[job.id])
+
+    async def job_make_due(self, queues: list[str] | None, kinds: list[str]) -> int:
+        """Make the scheduled pending jobs of ``queues`` (``None``: all) due now, in order.
+
+        Returns how many moved (``pgqueue.testing``'s ``drain(with_scheduled=True)``).
+        """
+        return len(await self._query(self._q.job_make_due, (queues, kinds)))
+
     async def job_release_unsure_claims(
         self, instance_id: uuid.UUID, leases: Sequence[uuid.UUID]
     ) -> list[int]:

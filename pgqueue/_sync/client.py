@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Literal
+from typing import Literal, Protocol
 
 from typing_extensions import Unpack
 
@@ -38,7 +38,7 @@ from .runtime import Runtime
 from .schema import schema_migrate, schema_uninstall, schema_version
 from .store import Store
 
-__all__ = ["Client"]
+__all__ = ["Client", "InsertHook"]
 
 # Rows per job_insert_many statement: large enough to amortise the round trip, small enough to
 # keep the arrays of one statement to a few MB.
@@ -51,6 +51,18 @@ JobSpec = Worker | tuple[Worker, JobOptions | None]
 
 OnConflict = Literal["raise", "ignore"]
 """What ``add_job`` does with a duplicate: raise, or return the existing job's handle."""
+
+
+class InsertHook(Protocol):
+    """What :attr:`Client.insert_hook` holds: called after an enqueue's insert."""
+
+    def __call__(self, driver: Driver, handles: list[JobHandle]) -> None:
+        """Act on ``handles`` (those with ``inserted=False`` are duplicates), on ``driver``.
+
+        ``driver`` is the one the jobs were inserted on: the client's own, or the caller's
+        transaction for ``add_job_with_tx``.
+        """
+        ...
 
 
 def _check_on_conflict(value: str) -> None:
@@ -99,6 +111,12 @@ class Client(Admin, PeriodicAdmin):
         """Where the client and its workers emit :mod:`pgqueue.events`; subscribe here."""
         self.log_subscription = self.events.subscribe(LogSubscriber(), *LogSubscriber.TYPES)
         """Call it to stop the default logging of job failures, rescues and leadership."""
+        self.insert_hook: InsertHook | None = None
+        """Called after every enqueue with the driver and the handles (``None``: nothing is).
+
+        ``pgqueue.testing``'s inline mode sets it to run the jobs at once. When set, an
+        enqueue returns only after the hook did; what it raises, the enqueue raises.
+        """
 
     @classmethod
     def connect(
@@ -272,6 +290,8 @@ class Client(Admin, PeriodicAdmin):
             send.sent((handle,))
         if self.events.wants(JobsEnqueued) and handle.inserted:
             self.events.emit(JobsEnqueued((handle,)))
+        if self.insert_hook is not None:
+            self.insert_hook(self.driver, [handle])
         return handle
 
     def add_job_with_tx(
@@ -301,6 +321,8 @@ class Client(Admin, PeriodicAdmin):
             send.sent((handle,))
         if self.events.wants(JobsEnqueued) and handle.inserted:
             self.events.emit(JobsEnqueued((handle,), in_transaction=True))
+        if self.insert_hook is not None:
+            self.insert_hook(driver, [handle])
         return handle
 
     def add_jobs(
@@ -324,6 +346,8 @@ class Client(Admin, PeriodicAdmin):
                 handles = self._insert(self.driver, prepared)
             send.sent(handles)
         self._emit_enqueued(handles, False)
+        if self.insert_hook is not None:
+            self.insert_hook(self.driver, handles)
         return handles
 
     def add_jobs_with_tx(
@@ -345,6 +369,8 @@ class Client(Admin, PeriodicAdmin):
                 handles = self._insert(driver, prepared)
             send.sent(handles)
         self._emit_enqueued(handles, True)
+        if self.insert_hook is not None:
+            self.insert_hook(driver, handles)
         return handles
 
     def _send(self, prepared: Sequence[PreparedJob], in_transaction: bool) -> SendSpan:

@@ -408,3 +408,36 @@ WHERE j.status = 'pending' AND j.queue = ANY($1::text[]) AND j.scheduled_for <= 
     )
 GROUP BY j.queue, j.kind
 ORDER BY j.queue, j.kind;
+
+-- name: job_claim_by_ids
+-- pgqueue.testing's inline mode: claim the pending jobs $1 whose kind this process runs ($5),
+-- whatever their due time and their queue's pause, for instance $2 under lease $3 (worker $4),
+-- as job_claim does. Each row also names the job's queue (job_claim claims from one queue).
+UPDATE {{schema}}.{{jobs}} AS j
+SET status = 'processing', attempts = j.attempts + 1, instance_id = $2, lease_token = $3,
+    worker_id = $4, locked_at = now()
+WHERE j.id = ANY($1::bigint[]) AND j.status = 'pending' AND j.kind = ANY($5::text[])
+RETURNING j.id, j.kind, j.payload::text AS payload, j.attempts, j.max_attempts,
+    j.scheduled_for, j.options::text AS options, j.priority, j.key, j.queue;
+
+-- name: job_make_due
+-- pgqueue.testing's drain(with_scheduled=True): make the scheduled (future) pending jobs of
+-- queues $1 (NULL: every queue) whose kind this process runs ($2) due now. They all move
+-- earlier by the same amount, so that the last one falls due now: among themselves they keep
+-- their order. A paused queue's jobs stay as they are. Returns the ids moved.
+WITH future AS (
+    SELECT j.id, j.scheduled_for FROM {{schema}}.{{jobs}} j
+    WHERE j.status = 'pending' AND j.scheduled_for > now()
+        AND ($1::text[] IS NULL OR j.queue = ANY($1::text[]))
+        AND j.kind = ANY($2::text[])
+        AND NOT EXISTS (
+            SELECT 1 FROM {{schema}}.{{queues}} p WHERE p.name = j.queue AND p.paused_at IS NOT NULL
+        )
+), shift AS (
+    SELECT max(f.scheduled_for) - now() AS by FROM future f
+)
+UPDATE {{schema}}.{{jobs}} AS j
+SET scheduled_for = j.scheduled_for - shift.by
+FROM future, shift
+WHERE j.id = future.id
+RETURNING j.id;

@@ -8,6 +8,10 @@ through ``call_process`` (timeouts, cancellation, stuck runs), the outcome is de
 ``pgqueue.execution``, and ``JobStarted``, a ``JobFinished`` subclass per outcome and
 ``JobRetried`` are emitted. A job raising ``KeyboardInterrupt``/``SystemExit`` stops the
 worker (``on_fatal``).
+
+Running one claimed job (:func:`job_run`) and the events of its start and end
+(:func:`job_emit_started`, :func:`job_emit_finished`) are module functions: ``pgqueue.testing``
+runs jobs through them too, so a job under test takes the path a worker's job takes.
 """
 
 from __future__ import annotations
@@ -41,10 +45,11 @@ from ...runtime_state import (
     job_started,
     queue_wait,
 )
+from ...tracing import JobTracer
 from ..compat import Event, JobPool, call_process, wait_all
 from .writer import OutcomeWriter
 
-__all__ = ["JobExecutor"]
+__all__ = ["JobExecutor", "job_emit_finished", "job_emit_started", "job_run"]
 
 logger = logging.getLogger("pgqueue")
 
@@ -124,17 +129,14 @@ class JobExecutor:
 
     def _execute(self, running: Running) -> None:
         job = running.job
-        events = self._events
-        if events.wants(JobStarted):
-            running.queue_wait = queue_wait(job)
-            events.emit(job_started(running, self._instance_id))
+        job_emit_started(self._events, running, self._instance_id)
         # if this task itself dies, hand the job back; None: leave it to a rescue
         outcome: Outcome | None = Outcome("release")
         try:
-            try:
-                outcome = self._run(running)
-            except Exception as exc:  # describing the job's error failed, say: still charged
-                outcome = outcome_for_error(job, exc, self._config)
+            assert self._pool is not None
+            outcome = job_run(
+                running, self._registry, self._config, self._pool, self.stuck, self._events.tracer
+            )
         except (KeyboardInterrupt, SystemExit) as exc:
             # process() asked for the whole worker to end. As after a crash, its job gets no
             # outcome (a rescue returns it, the attempt counted) and the worker stops at once;
@@ -157,37 +159,67 @@ class JobExecutor:
                     self._finish(running, outcome)
                 self._wake[job.queue].set()
 
-    def _run(self, running: Running) -> Outcome:
-        """Run one claimed job's ``process`` and return how it ended."""
-        job = running.job
+    def _finish(self, running: Running, outcome: Outcome) -> None:
+        """Report how a run ended, then hand its outcome to the writer (never blocks)."""
+        job_emit_finished(self._events, running, outcome, self._instance_id)
+        self._writer.put(running.job, outcome)
+
+
+def job_emit_started(events: EventHub, running: Running, instance_id: uuid.UUID) -> None:
+    """Emit ``JobStarted`` for a run that starts now, if anyone listens."""
+    if events.wants(JobStarted):
+        running.queue_wait = queue_wait(running.job)
+        events.emit(job_started(running, instance_id))
+
+
+def job_emit_finished(
+    events: EventHub, running: Running, outcome: Outcome, instance_id: uuid.UUID
+) -> None:
+    """Emit the ``JobFinished`` subclass of ``outcome`` (and ``JobRetried``), if anyone listens."""
+    if events.wants(finished_class(outcome)):
+        events.emit(job_finished(running, outcome, instance_id))
+    if outcome.action == "retry" and events.wants(JobRetried):
+        events.emit(job_retried(running.job, outcome))
+
+
+def job_run(
+    running: Running,
+    registry: WorkerRegistry,
+    config: RuntimeConfig,
+    pool: JobPool,
+    stuck: StuckRuns,
+    tracer: JobTracer | None = None,
+) -> Outcome:
+    """Run one claimed job's ``process`` and return how it ended.
+
+    Builds the job from its stored arguments with ``registry``, wraps ``process`` with
+    ``tracer`` (the attempt's span), calls it through ``call_process`` in ``pool`` (timeout,
+    cancellation, stuck runs counted in ``stuck``) and decides the outcome with
+    ``pgqueue.execution`` (retry backoff from ``config``). Raises no ``Exception``: a job that
+    cannot be built or run fails with an outcome; ``KeyboardInterrupt`` and ``SystemExit``
+    pass through.
+    """
+    job = running.job
+    try:
         refused = outcome_unrunnable(job)
         if refused is not None:
             return refused
         try:
-            worker = self._registry.build(job.kind, json.loads(job.payload_text))
+            worker = registry.build(job.kind, json.loads(job.payload_text))
         except Exception as exc:
             return outcome_for_bad_payload(job, exc)
         ctx = job.context(running.cancel)
         process: Callable[[Any], Any] = worker.process
-        tracer = self._events.tracer
         if tracer is not None:  # the attempt's span, current where process() runs
             process = tracer.wrap_process(job, process)
         running.is_coroutine = is_coroutine_function(process)
-        assert self._pool is not None
         started = time.monotonic()
         try:
-            call_process(self._pool, running, process, ctx, self.stuck)
+            call_process(pool, running, process, ctx, stuck)
         except Exception as exc:
             job.duration = time.monotonic() - started
-            return outcome_for_error(job, exc, self._config)
+            return outcome_for_error(job, exc, config)
         job.duration = time.monotonic() - started
         return Outcome("complete")
-
-    def _finish(self, running: Running, outcome: Outcome) -> None:
-        """Report how a run ended, then hand its outcome to the writer (never blocks)."""
-        events = self._events
-        if events.wants(finished_class(outcome)):
-            events.emit(job_finished(running, outcome, self._instance_id))
-        if outcome.action == "retry" and events.wants(JobRetried):
-            events.emit(job_retried(running.job, outcome))
-        self._writer.put(running.job, outcome)
+    except Exception as exc:  # describing the job's error failed, say: still charged
+        return outcome_for_error(job, exc, config)
