@@ -263,6 +263,20 @@ def test_the_periodic_entry_of_the_settings_ticks(project: Project, db: Any) -> 
     assert "pgqueue.django.prune-results" in entries
 
 
+def test_pruning_deletes_the_results_whose_job_is_gone(project: Project, db: Any) -> None:
+    results = project.table("pgqueue_django_results")
+    db.rows(f"INSERT INTO {results} (job_id, errors) VALUES (-1, '[]')")  # no job -1
+    kept = db.value(f"SELECT count(*) FROM {results} WHERE job_id > 0")
+    assert kept  # the results of the jobs above
+    project.manage("pgqueue", "cron", "trigger", "pgqueue.django.prune-results")
+    wait_until(
+        lambda: not db.value(f"SELECT count(*) FROM {results} WHERE job_id = -1"),
+        timeout=15,
+        what=f"the orphaned result to go; worker log:\n{project.log('worker')}",
+    )
+    assert db.value(f"SELECT count(*) FROM {results} WHERE job_id > 0") >= kept
+
+
 def test_the_worker_stops_gracefully_on_sigterm(project: Project) -> None:
     project.worker.send_signal(signal.SIGTERM)
     wait_until(lambda: project.worker.poll() is not None, timeout=15, what="the worker to exit")
