@@ -109,8 +109,13 @@ def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
+    # SIGTERM first: gunicorn's master then stops its worker (SIGKILL would orphan it).
     if proc.poll() is None:
-        proc.kill()
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
     proc.wait(10)
 
 
