@@ -179,7 +179,7 @@ class PgQueueState:
     """pgqueue's pool and client for one Flask app: ``app.extensions["pgqueue"]``.
 
     The pool and client belong to the process that opened them; each process opens its own on
-    first use (see :meth:`resources`).
+    first use.
     """
 
     def __init__(self, app: Flask) -> None:
@@ -188,16 +188,14 @@ class PgQueueState:
         self._resources: _Resources | None = None
         _STATES.add(self)
 
-    def settings(self) -> _Config:
-        """Read the extension's settings from the app's config (then the environment), now."""
+    def _settings(self) -> _Config:
+        # Read now, not at init_app: the config may still change until the first use.
         return _Config.read(self.config)
 
-    def resources(self) -> _Resources:
-        """Return this process's pool and client, opened now if it has none yet.
-
-        Ones opened by another process (the parent, before a fork) are never used nor closed
-        here: closing them would end the parent's database sessions.
-        """
+    def _here(self) -> _Resources:
+        # This process's pool and client, opened now if it has none yet. Those another process
+        # opened (the parent, before a fork) are never used nor closed here: their sockets are
+        # the parent's database sessions, and closing them would end those.
         current, pid = self._resources, os.getpid()
         if current is not None and current.pid == pid:
             return current
@@ -207,18 +205,18 @@ class PgQueueState:
                 return current
             if current is not None:
                 _INHERITED.append(current)
-            self._resources = current = _open(self.settings())
+            self._resources = current = _open(self._settings())
             return current
 
     @property
     def client(self) -> Client:
         """The app's :class:`~pgqueue.Client` in this process, on :attr:`pool`."""
-        return self.resources().client
+        return self._here().client
 
     @property
     def pool(self) -> ConnectionPool[Any]:
         """The app's ``psycopg_pool.ConnectionPool`` in this process."""
-        return self.resources().pool
+        return self._here().pool
 
     @contextmanager
     def connection(self, timeout: float | None = None) -> Iterator[Connection[Any]]:
@@ -228,7 +226,7 @@ class PgQueueState:
         ``connection()``); jobs enqueued in it with ``client.add_job_with_tx(conn, job)``
         share its fate. ``timeout``: how long to wait for a free connection.
         """
-        with self.resources().pool.connection(timeout) as conn:
+        with self._here().pool.connection(timeout) as conn:
             yield conn
 
     def close(self) -> None:
@@ -330,7 +328,7 @@ class _CommandGroup(click.Group):
         command = pgqueue_cli.commands.get(cmd_name)
         if command is None:
             return None
-        return _with_defaults(command, self._state.settings().command_defaults())
+        return _with_defaults(command, self._state._settings().command_defaults())
 
     def invoke(self, ctx: click.Context) -> Any:
         # What pgqueue.cli.main does around the same commands.
