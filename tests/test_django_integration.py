@@ -148,18 +148,8 @@ def project(
             [sys.executable, "manage.py", "pgqueue", "worker"], env, logs / "worker.log"
         )
         procs.append(worker)
-        server = _start(
-            [
-                str(BIN / "gunicorn"),
-                "project.wsgi",
-                "--bind",
-                f"127.0.0.1:{port}",
-                "--workers",
-                "1",
-            ],
-            env,
-            logs / "server.log",
-        )
+        gunicorn = [str(BIN / "gunicorn"), "project.wsgi", "--workers", "1", "--no-control-socket"]
+        server = _start([*gunicorn, "--bind", f"127.0.0.1:{port}"], env, logs / "server.log")
         procs.append(server)
         running = Project(f"http://127.0.0.1:{port}", env, schema, worker, server, logs)
 
