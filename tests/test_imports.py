@@ -38,7 +38,11 @@ import sys
 import pgqueue
 
 imported = ["pgqueue"]
+# a Django models module can only be imported once Django's settings are configured
+NEEDS_DJANGO_SETTINGS = {"pgqueue.contrib.django.models"}
 for info in pkgutil.walk_packages(pgqueue.__path__, "pgqueue."):
+    if info.name in NEEDS_DJANGO_SETTINGS:
+        continue
     if info.name == "pgqueue.__main__":
         sys.argv = ["pgqueue", "sql"]
         out = io.StringIO()
