@@ -1,8 +1,8 @@
 """The pytest plugin of :mod:`pgqueue.testing`: fixtures on a real PostgreSQL database.
 
 Registered by the ``pytest11`` entry point, so pytest loads it wherever pgqueue is installed;
-``-p no:pgqueue`` leaves it out. It costs a test session nothing until a test asks for one of
-its fixtures: pgqueue itself, psycopg and the database are only touched then.
+``-p no:pgqueue`` leaves it out. Until a test asks for one of its fixtures it does no database
+work and imports no database library (only the ``pgqueue`` package, which this module is in).
 
 The database is the one ``--pgqueue-dsn`` names, else ``$PGQUEUE_TEST_DSN``, ``$PGQUEUE_DSN``
 or ``$DATABASE_URL``; with none, the tests that use the fixtures are skipped and say why
@@ -143,7 +143,8 @@ def _pgqueue_admin(pgqueue_dsn: str) -> Iterator[Client]:
     """Yield a client on the default schema, to create, migrate and drop the test schemas."""
     from pgqueue import Client
 
-    with Client.connect(pgqueue_dsn) as admin:
+    # psycopg whatever driver the URL names: a sync client, which asyncpg has not
+    with Client.connect(pgqueue_dsn, driver="psycopg") as admin:
         yield admin
 
 

@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 import pgqueue
+import pgqueue.events
 from pgqueue.testing import (
     AsyncQueueTester,
     ProcessTimeout,
@@ -221,8 +222,13 @@ def test_drain_runs_due_jobs_in_claim_order_and_records_outcomes(
     other = client.add_job(Note("other queue"), queue="zz")
     later = client.add_job(Note("later"), run_in=timedelta(hours=1))
     flaky = client.add_job(Flaky())
+    events: list[pgqueue.events.Event] = []
+    client.events.subscribe(events.append, pgqueue.events.JobStarted, pgqueue.events.JobFinished)
     results = drain(client)
     assert [r.id for r in results] == [high.id, low.id, flaky.id, other.id]
+    # a worker's events, from the run's own instance
+    assert [type(e).__name__ for e in events[4:6]] == ["JobStarted", "JobFailed"]
+    assert len(events) == 8
     assert RAN == ["high", "low", "flaky 1", "other queue"]
     assert [r.outcome for r in results] == ["completed", "completed", "retry", "completed"]
     assert client.get_job(high.id).status == "completed"  # type: ignore[union-attr]
@@ -413,8 +419,10 @@ def test_inline_mode_in_the_transaction(
         with pgqueue_tx.transaction():  # a savepoint of the test's transaction
             handle = pgqueue_tx_client.add_job_with_tx(pgqueue_tx, Note("in tx"))
         assert RAN == ["in tx"]
+        pgqueue_tx_client.add_jobs_with_tx(pgqueue_tx, [Note("b"), Note("c")])
+        assert RAN == ["in tx", "b", "c"]
         assert pgqueue_tx_client.get_job(handle.id).status == "completed"  # type: ignore[union-attr]
-        assert [r.id for r in tester.results] == [handle.id]
+        assert [r.id for r in tester.results] == [handle.id, handle.id + 1, handle.id + 2]
 
 
 # -- asyncio ----------------------------------------------------------------------------------
