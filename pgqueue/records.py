@@ -7,10 +7,14 @@ admin API's calls the same records.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from .execution import ClaimedJob, Outcome
 
 __all__ = [
     "Attempt",
@@ -319,3 +323,36 @@ class JobResult:
     retry_in: float | None = None
     duration: float | None = field(default=None, compare=False)
     args: dict[str, Any] | None = None
+
+
+_OUTCOMES: dict[str, ResultOutcome] = {
+    "complete": "completed",
+    "retry": "retry",
+    "fail": "failed",
+    "cancel": "cancelled",
+    "snooze": "snoozed",
+}
+
+
+def job_result(row_id: int | None, job: ClaimedJob, outcome: Outcome) -> JobResult:
+    """Return the :class:`JobResult` of a run of ``job`` that ended with ``outcome``.
+
+    For ``pgqueue.testing`` (both sides), which never shuts a run down: never ``release``.
+    """
+    try:
+        args = json.loads(job.payload_text)
+    except ValueError:  # stored by hand, say: the outcome says what became of it
+        args = None
+    retries = outcome.action in ("retry", "snooze")
+    return JobResult(
+        id=row_id,
+        kind=job.kind,
+        queue=job.queue,
+        attempt=job.attempt,
+        outcome=_OUTCOMES[outcome.action],
+        error=outcome.message or None,
+        exception=outcome.exc,
+        retry_in=outcome.delay if retries else None,
+        duration=job.duration,
+        args=args if isinstance(args, dict) else None,
+    )

@@ -33,6 +33,8 @@ from pgqueue.testing import (
 RAN: list[str] = []
 # the client a running job enqueues through (set by the tests that need one)
 CLIENT: list[Any] = []
+# the id of a job a test left in the transaction of pgqueue_tx (rolled back since)
+LEFT_IN_TX: list[int] = []
 
 
 @dataclass
@@ -312,10 +314,13 @@ def test_drain_in_the_rolled_back_transaction(
     with psycopg.connect(pgqueue_tx.info.dsn, autocommit=True) as other:
         assert other.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,)
     assert pgqueue_tx.execute(f"SELECT count(*) FROM {table}").fetchone() == (2,)
+    LEFT_IN_TX.append(job.id)
 
 
 def test_the_transaction_fixture_starts_empty(pgqueue_tx_client: pgqueue.Client) -> None:
-    # what the previous test wrote was rolled back
+    if not LEFT_IN_TX:
+        pytest.skip("checks what test_drain_in_the_rolled_back_transaction left: run it first")
+    assert pgqueue_tx_client.get_job(LEFT_IN_TX[0]) is None  # rolled back
     assert enqueued_jobs(pgqueue_tx_client, status=None) == []
 
 

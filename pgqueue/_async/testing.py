@@ -1,4 +1,4 @@
-"""Testing jobs on asyncio: :class:`AsyncQueueTester` and the functions it is built on.
+"""Testing jobs: :class:`AsyncQueueTester` and the functions it is built on.
 
 Written once, for asyncio, in pgqueue/_async/testing.py; the ``QueueTester`` of
 pgqueue/_sync/testing.py is generated from it. Import both from :mod:`pgqueue.testing`, which
@@ -24,10 +24,10 @@ from typing import Any, Literal
 
 from ..enqueue import prepare
 from ..errors import ConfigurationError, DatabaseError
-from ..execution import ClaimedJob, Outcome, Running, StuckRuns, read_options
+from ..execution import ClaimedJob, Running, StuckRuns, read_options
 from ..jobs import JobHandle, Worker, WorkerRegistry
 from ..options import JobOptions
-from ..records import JobInfo, JobResult, ResultOutcome
+from ..records import JobInfo, JobResult, job_result
 from ..runtime_config import RuntimeConfig
 from ..settings import Settings
 from ..store_codec import InstanceIdentity
@@ -56,14 +56,6 @@ DRAIN_MAX_RUNS = 10_000
 # Lines of the listing in an assertion's message; more jobs are counted, not listed.
 _LISTED = 20
 
-_OUTCOMES: dict[str, ResultOutcome] = {
-    "complete": "completed",
-    "retry": "retry",
-    "fail": "failed",
-    "cancel": "cancelled",
-    "snooze": "snoozed",
-}
-
 KindSpec = type[Worker] | str
 """A job kind: its ``Worker`` class, or the kind's name."""
 
@@ -71,41 +63,24 @@ KindSpec = type[Worker] | str
 def _kind_names(kind: KindSpec | Iterable[KindSpec] | None) -> list[str] | None:
     if kind is None:
         return None
-    items: Iterable[KindSpec] = [kind] if isinstance(kind, str | type) else kind
     names = []
-    for item in items:
-        if isinstance(item, str):
-            names.append(item)
-        elif isinstance(item, type) and issubclass(item, Worker):
-            names.append(item.kind)
-        else:
+    for item in [kind] if isinstance(kind, str | type) else kind:
+        name = item.kind if isinstance(item, type) and issubclass(item, Worker) else item
+        if not isinstance(name, str):
             raise TypeError(f"kind must be a pgqueue.Worker subclass or a kind name, got {item!r}")
+        names.append(name)
     return names
 
 
-def _result(row_id: int | None, job: ClaimedJob, outcome: Outcome) -> JobResult:
-    try:
-        args = json.loads(job.payload_text)
-    except ValueError:  # stored by hand, say: the outcome says what became of it
-        args = None
-    retries = outcome.action in ("retry", "snooze")
-    return JobResult(
-        id=row_id,
-        kind=job.kind,
-        queue=job.queue,
-        attempt=job.attempt,
-        outcome=_OUTCOMES[outcome.action],  # never "release": nothing here shuts down
-        error=outcome.message or None,
-        exception=outcome.exc,
-        retry_in=outcome.delay if retries else None,
-        duration=job.duration,
-        args=args if isinstance(args, dict) else None,
-    )
-
-
-def _describe(job: JobInfo) -> str:
-    args = json.dumps(job.payload, ensure_ascii=False, sort_keys=True)
-    return f"  #{job.id} {job.kind} (queue {job.queue!r}, {job.status}) args {args}"
+def _describe(jobs: list[JobInfo]) -> str:
+    lines = [
+        f"  #{job.id} {job.kind} (queue {job.queue!r}, {job.status}) args "
+        + json.dumps(job.payload, ensure_ascii=False, sort_keys=True)
+        for job in jobs[:_LISTED]
+    ]
+    if len(jobs) > _LISTED:
+        lines.append(f"  ... and {len(jobs) - _LISTED} more")
+    return "\n".join(lines)
 
 
 def _criteria(
@@ -134,7 +109,7 @@ class AsyncQueueTester:
 
     ``registry`` (default: the client's) says how to build the jobs; ``config`` gives the
     retry backoff. Call :meth:`close` (the pytest fixtures do) to take the inline hook off the
-    client.
+    client. It can also be used as a context manager (``with tester:``) that does so on exit.
     """
 
     def __init__(
@@ -330,7 +305,7 @@ class AsyncQueueTester:
         outcome = await job_run(running, registry, self.config, pool, StuckRuns(), events.tracer)
         job_emit_finished(events, running, outcome, instance_id)
         await store.job_finish_many([(job, outcome)])
-        result = _result(job.id, job, outcome)
+        result = job_result(job.id, job, outcome)
         self.results.append(result)
         return result
 
@@ -387,9 +362,9 @@ class AsyncQueueTester:
             expected = "a " + _criteria(kinds, queue, args, "job")
         else:
             expected = f"{count} " + _criteria(kinds, queue, args, "job" if count == 1 else "jobs")
-        raise AssertionError(
-            f"expected {expected}, found {len(matching) or 'none'}\n" + await self._listing()
-        )
+        pending = await self.enqueued_jobs()
+        listing = "pending jobs:\n" + _describe(pending) if pending else "no job is pending"
+        raise AssertionError(f"expected {expected}, found {len(matching) or 'none'}\n{listing}")
 
     async def refute_enqueued(
         self,
@@ -402,19 +377,9 @@ class AsyncQueueTester:
         matching = await self.enqueued_jobs(kind, queue, args)
         if matching:
             what = _criteria(_kind_names(kind), queue, args, "job")
-            lines = [_describe(job) for job in matching[:_LISTED]]
-            if len(matching) > _LISTED:
-                lines.append(f"  ... and {len(matching) - _LISTED} more")
-            raise AssertionError(f"expected no {what}, found {len(matching)}:\n" + "\n".join(lines))
-
-    async def _listing(self) -> str:
-        page = await self.client.list_jobs(status="pending", sort="id", limit=_LISTED + 1)
-        if not page.jobs:
-            return "no job is pending"
-        lines = [_describe(job) for job in page.jobs[:_LISTED]]
-        if page.next_cursor is not None:
-            lines.append("  ... and more (list_jobs(status='pending') shows them all)")
-        return "pending jobs:\n" + "\n".join(lines)
+            raise AssertionError(
+                f"expected no {what}, found {len(matching)}:\n{_describe(matching)}"
+            )
 
 
 def _worker_id() -> str:
@@ -477,7 +442,7 @@ async def perform_job(
         )
     finally:
         pool.shutdown()
-    return _result(None, claimed, outcome)
+    return job_result(None, claimed, outcome)
 
 
 async def drain(
