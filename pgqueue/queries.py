@@ -1,12 +1,13 @@
 """Load the SQL shipped in ``pgqueue/sql/`` once, and render it for one installation.
 
 SQL lives in ``.sql`` files. ``queries.sql`` (the runtime's and the enqueue paths'),
-``admin.sql`` (the admin API's) and ``periodic.sql`` (periodic jobs') hold named statements
-(``-- name: job_insert``); ``migrations/NNNN_title.sql`` hold one migration each. The only
-substitutions ever made are ``{{schema}}`` and ``{{<table or index>}}`` placeholders, replaced
-by identifiers that :class:`~pgqueue.settings.Settings` has validated, then quoted, and
-``{{> fragment}}``, replaced by a ``-- fragment:`` block of the same files (a filter several
-statements share). User input only ever travels as bound parameters.
+``admin.sql`` (the admin API's), ``periodic.sql`` (periodic jobs') and ``web.sql`` (the web
+dashboard's) hold named statements (``-- name: job_insert``); ``migrations/NNNN_title.sql`` hold
+one migration each. The only substitutions ever made are ``{{schema}}`` and
+``{{<table or index>}}`` placeholders, replaced by identifiers that
+:class:`~pgqueue.settings.Settings` has validated, then quoted, and ``{{> fragment}}``, replaced
+by a ``-- fragment:`` block of the same files (a filter several statements share). User input
+only ever travels as bound parameters.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ _PLACEHOLDER_RE = re.compile(r"\{\{([a-z_]+)\}\}")
 _NAME_RE = re.compile(r"^--\s*(name|fragment):\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _FRAGMENT_RE = re.compile(r"\{\{>\s*([a-z_]+)\s*\}\}")
 # The files of named statements, read in this order; a name may be defined once in all.
-STATEMENT_FILES = ("queries.sql", "admin.sql", "periodic.sql")
+STATEMENT_FILES = ("queries.sql", "admin.sql", "periodic.sql", "web.sql")
 _MIGRATION_FILE_RE = re.compile(r"(\d{4})_([a-z0-9_]+)\.sql\Z")
 
 
@@ -169,6 +170,10 @@ class Queries:
     cron_tick_cleanup: str
     cron_entry_trigger: str
     cron_entry_reclaim: str
+    # web.sql
+    session_read_limits: str
+    job_finished_per_minute: str
+    job_activity: str
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -194,7 +199,7 @@ def _check_statement_names() -> None:
     if in_file != _STATEMENT_NAMES:
         only_file, only_class = in_file - _STATEMENT_NAMES, _STATEMENT_NAMES - in_file
         raise RuntimeError(
-            "pgqueue/sql/{queries,admin,periodic}.sql and pgqueue.queries.Queries disagree: "
+            "pgqueue/sql/{queries,admin,periodic,web}.sql and pgqueue.queries.Queries disagree: "
             "only in the files "
             f"{sorted(only_file)}, only declared {sorted(only_class)}"
         )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any, NoReturn
 
 from ..admin_codec import (
@@ -465,3 +466,22 @@ class Store(PeriodicStore):
         instances = self._query(self._q.instance_list)
         running = running_jobs(self._query(self._q.job_running_list))
         return workers_build(instances, running)
+
+    # -- the web dashboard (sql/web.sql) ----------------------------------------------------
+
+    def session_read_limits(self, timeout_ms: int) -> None:
+        """Make the open transaction read only, each statement cancelled after ``timeout_ms``."""
+        self._query(self._q.session_read_limits, (str(int(timeout_ms)),))
+
+    def job_finished_per_minute(self, minutes: int) -> list[tuple[datetime, int, int, int]]:
+        """Return the jobs finished in each of the last ``minutes`` minutes, oldest first.
+
+        One ``(minute, completed, failed, cancelled)`` per minute, the current one last.
+        """
+        rows = self._query(self._q.job_finished_per_minute, (minutes,))
+        return [(row[0], int(row[1]), int(row[2]), int(row[3])) for row in rows]
+
+    def job_activity(self) -> tuple[object, ...]:
+        """Return a value that changes when jobs are added, start or finish, or queues pause."""
+        rows = self._query(self._q.job_activity)
+        return tuple(rows[0])

@@ -28,7 +28,7 @@ from typing import Any
 import rich_click as click
 
 from .. import PgQueueError, __version__
-from . import completion, cron, demo, jobs, queues, schema, status, worker
+from . import completion, cron, dashboard, demo, jobs, queues, schema, status, worker
 from ._common import PassThrough
 
 __all__ = ["app", "installed_version", "main"]
@@ -104,6 +104,7 @@ app.add_command(queues.queues)
 app.add_command(status.workers)
 app.add_command(status.stats)
 app.add_command(cron.cron)
+app.add_command(dashboard.dashboard)
 app.add_command(demo.demo)
 app.add_command(completion.completion)
 
