@@ -220,8 +220,13 @@ class AsyncClient(AsyncAdmin, AsyncPeriodicAdmin):
             config or RuntimeConfig(),
             events=self.events,
         )
-        await runtime.start()
+        # set first: a Ctrl-C the moment start() returns still finds the runtime to stop
         self._runtime = runtime
+        try:
+            await runtime.start()
+        except BaseException:
+            self._runtime = None
+            raise
 
     async def stop(self, timeout: float | None = None) -> None:
         """Stop the workers: no new claims, running jobs get ``timeout`` seconds to finish.

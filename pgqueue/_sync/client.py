@@ -222,8 +222,13 @@ class Client(Admin, PeriodicAdmin):
             config or RuntimeConfig(),
             events=self.events,
         )
-        runtime.start()
+        # set first: a Ctrl-C the moment start() returns still finds the runtime to stop
         self._runtime = runtime
+        try:
+            runtime.start()
+        except BaseException:
+            self._runtime = None
+            raise
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop the workers: no new claims, running jobs get ``timeout`` seconds to finish.

@@ -8,10 +8,12 @@ redrawn in place on a terminal (rich's Live), one snapshot after another elsewhe
 
 from __future__ import annotations
 
+import signal
 import sys
-import time
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
+from types import FrameType
 from typing import Any
 
 import rich_click as click
@@ -159,37 +161,61 @@ def _watch(
     count: int | None,
     completed: bool,
 ) -> None:
-    shown = 0
+    # Ctrl-C (SIGINT) is how a watch ends, with status 0. The first one is caught by a handler
+    # and ends the watch between two readings: a KeyboardInterrupt raised in the middle of a
+    # query could leave the connection pool unable to close. A second one interrupts as usual.
+    stop = threading.Event()
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, on_sigint) if in_main else None
     try:
-        if fmt == "table" and sys.stdout.isatty():
-            console = out_console()
-            with Live(
-                _stats_view(fetch(), completed, live=True),
-                console=console,
-                auto_refresh=False,
-            ) as live:
-                shown = 1
-                while count is None or shown < count:
-                    time.sleep(interval)
-                    live.update(_stats_view(fetch(), completed, live=True), refresh=True)
-                    shown += 1
-            return
-        while True:
-            found = fetch()
-            at = datetime.now(UTC)
-            if fmt == "table":
-                console = out_console()
-                console.print(Text(f"-- {local_time(at)}", style="dim"))
-                console.print(_stats_view(found, completed))
-                sys.stdout.flush()
-            else:
-                print_jsonl([{"at": at, "queues": found}])
-            shown += 1
-            if count is not None and shown >= count:
-                return
-            time.sleep(interval)
+        _watch_loop(fetch, fmt, interval, count, completed, stop)
     except KeyboardInterrupt:
-        return  # Ctrl-C is how a watch ends: status 0
+        return
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _watch_loop(
+    fetch: Callable[[], list[QueueStats]],
+    fmt: str,
+    interval: float,
+    count: int | None,
+    completed: bool,
+    stop: threading.Event,
+) -> None:
+    shown = 0
+    if fmt == "table" and sys.stdout.isatty():
+        console = out_console()
+        with Live(
+            _stats_view(fetch(), completed, live=True),
+            console=console,
+            auto_refresh=False,
+        ) as live:
+            shown = 1
+            while (count is None or shown < count) and not stop.wait(interval):
+                live.update(_stats_view(fetch(), completed, live=True), refresh=True)
+                shown += 1
+        return
+    while not stop.is_set():
+        found = fetch()
+        at = datetime.now(UTC)
+        if fmt == "table":
+            console = out_console()
+            console.print(Text(f"-- {local_time(at)}", style="dim"))
+            console.print(_stats_view(found, completed))
+            sys.stdout.flush()
+        else:
+            print_jsonl([{"at": at, "queues": found}])
+        shown += 1
+        if count is not None and shown >= count:
+            return
+        stop.wait(interval)
 
 
 _COUNTS = ("available", "scheduled", "processing", "failed", "cancelled")

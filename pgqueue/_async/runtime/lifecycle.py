@@ -230,26 +230,33 @@ class AsyncRuntime:
         await self._store.instance_register(self._identity)
         self._heartbeat.clock.ok()
         self._started = True
-        self._executor.open()
-        self._flusher = spawn(self._writer.run, name="pgqueue-flusher")
-        self._loops = [
-            spawn(self._listener.run, name="pgqueue-listener"),
-            spawn(self._heartbeat.run, name="pgqueue-heartbeat"),
-            spawn(self._leader.run, name="pgqueue-leader"),
-        ]
-        if self._scheduler is not None:
-            self._loops.append(spawn(self._scheduler.run, name="pgqueue-scheduler"))
-        self._fetch_tasks = [
-            spawn(fetcher.run, name=f"pgqueue-fetch-{fetcher.queue}") for fetcher in self._fetchers
-        ]
-        logger.info(
-            "pgqueue instance %s started: queues %s, kinds %s",
-            self.instance_id,
-            self.queues,
-            ", ".join(self._kinds),
-        )
-        if self.events.wants(WorkerStarted):
-            self.events.emit(WorkerStarted(self.instance_id, dict(self.queues), self._kinds))
+        try:
+            self._executor.open()
+            self._flusher = spawn(self._writer.run, name="pgqueue-flusher")
+            self._loops = [
+                spawn(self._listener.run, name="pgqueue-listener"),
+                spawn(self._heartbeat.run, name="pgqueue-heartbeat"),
+                spawn(self._leader.run, name="pgqueue-leader"),
+            ]
+            if self._scheduler is not None:
+                self._loops.append(spawn(self._scheduler.run, name="pgqueue-scheduler"))
+            self._fetch_tasks = [
+                spawn(fetcher.run, name=f"pgqueue-fetch-{fetcher.queue}")
+                for fetcher in self._fetchers
+            ]
+            logger.info(
+                "pgqueue instance %s started: queues %s, kinds %s",
+                self.instance_id,
+                self.queues,
+                ", ".join(self._kinds),
+            )
+            if self.events.wants(WorkerStarted):
+                self.events.emit(WorkerStarted(self.instance_id, dict(self.queues), self._kinds))
+        except BaseException:
+            # Ctrl-C (or a cancellation) while starting: what was started stops at once, or
+            # its threads would keep the process alive with nobody left to stop them
+            await self.stop(0.0)
+            raise
 
     def request_stop(self, immediate: bool = False) -> None:
         """Ask the runtime to stop (safe from a signal handler); ``stop()`` does the work."""
