@@ -110,6 +110,18 @@ def test_the_wheel_holds_the_packages_and_their_data_only(built: Built) -> None:
     assert sql <= files
     assert {f for f in tracked("pgqueue") if f.endswith(".py")} <= files
     assert f"{dist_info}/licenses/LICENSE" in files
+    # the dashboard's templates and static files (vendored htmx and its licence too)
+    web = {f for f in tracked("pgqueue/web") if not f.endswith(".py")}
+    assert web <= files, sorted(web - files)
+    for needed in (
+        "pgqueue/web/templates/base.html",
+        "pgqueue/web/static/htmx.min.js",
+        "pgqueue/web/static/htmx.LICENSE",
+        "pgqueue/web/static/pgqueue.css",
+        "pgqueue/web/static/pgqueue.js",
+        "pgqueue/sql/web.sql",
+    ):
+        assert needed in files, needed
 
 
 def test_the_metadata_names_license_classifiers_and_urls(built: Built) -> None:

@@ -188,6 +188,13 @@ def dashboard(
         )
     except _Stopped:
         pass
+    except SystemExit as exc:  # uvicorn's, when the server could not start
+        if exc.code:
+            fail(
+                f"cannot serve on {host}:{port} (uvicorn's error above): is the port taken? "
+                "choose another --port",
+                ERROR,
+            )
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

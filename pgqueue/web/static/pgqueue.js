@@ -52,7 +52,7 @@
   function refresh(el) {
     if (el.querySelector("input[name=ids]:checked")) { el.classList.add("stale"); return; }
     var focus = document.activeElement;
-    if (focus && el.contains(focus) && focus.matches("input, select, textarea")) return;
+    if (focus && el.contains(focus) && focus.matches("input[type=text], select, textarea")) return;
     if (window.htmx) window.htmx.trigger(el, "pgqueue:live");
   }
   var pending = null;
