@@ -1,0 +1,1 @@
+"""The dashboard in a real headless Chromium (Debian's), driven by Selenium; and its screenshots."""

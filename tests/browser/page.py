@@ -1,0 +1,57 @@
+"""What the browser tests ask of a page: elements by ``data-testid``, waits with a deadline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("selenium", reason="selenium is not installed (pip install -e '.[dev]')")
+
+from selenium.common.exceptions import (
+    NoAlertPresentException,
+    NoSuchElementException,
+    StaleElementReferenceException,
+)
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.ui import WebDriverWait
+
+__all__ = ["By", "WebDriver", "assert_nothing_ran", "hook", "hooks", "post_buttons", "wait"]
+
+
+def hook(driver: WebDriver | WebElement, name: str) -> WebElement:
+    """The element with ``data-testid=name`` (fails if there is none)."""
+    return driver.find_element(By.CSS_SELECTOR, f'[data-testid="{name}"]')
+
+
+def hooks(driver: WebDriver | WebElement, name: str) -> list[WebElement]:
+    """Every element with ``data-testid=name``."""
+    return driver.find_elements(By.CSS_SELECTOR, f'[data-testid="{name}"]')
+
+
+def wait(driver: WebDriver, what: str, check: Any, timeout: float = 20) -> Any:
+    """Wait up to ``timeout`` seconds until ``check(driver)`` is truthy; fail saying ``what``.
+
+    An element missing, or replaced meanwhile (htmx swaps the live parts), counts as not yet.
+    """
+    ignored = (NoSuchElementException, StaleElementReferenceException)
+    return WebDriverWait(driver, timeout, 0.05, ignored).until(check, what)
+
+
+def assert_nothing_ran(driver: WebDriver) -> None:
+    """No alert is open and no hostile markup set ``window.pgqueueXss``."""
+    with pytest.raises(NoAlertPresentException):
+        driver.switch_to.alert  # noqa: B018 (the property raises when no alert is open)
+    assert driver.execute_script("return window.pgqueueXss") is None
+
+
+def post_buttons(driver: WebDriver) -> list[str]:
+    """The text of every button that would POST a form (a read-only page must have none)."""
+    return driver.execute_script(  # type: ignore[no-any-return]
+        """return [...document.querySelectorAll('button, input[type=submit], input[type=image]')]
+            .filter(b => b.type !== 'button' && b.type !== 'reset' && b.form
+                && (b.getAttribute('formmethod') || b.form.method).toLowerCase() === 'post')
+            .map(b => b.textContent || b.value)"""
+    )
