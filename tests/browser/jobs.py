@@ -85,6 +85,11 @@ class DeliverWebhook(_Demo):
     fail_rate = 0.08
     error = "HTTPError: 503 Service Unavailable"
 
+    def process(self, ctx: pgqueue.JobContext) -> None:
+        if self.url.endswith("/legacy"):  # an endpoint that is gone: every attempt fails
+            raise ConnectionRefusedError(f"[Errno 111] Connection refused: {self.url}")
+        super().process(ctx)
+
 
 @dataclass
 class BuildReport(_Demo):
