@@ -173,7 +173,7 @@ class Queries:
     # web.sql
     session_read_limits: str
     job_finished_per_minute: str
-    job_activity: str
+    web_activity: str
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

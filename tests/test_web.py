@@ -74,6 +74,7 @@ def dash_of(app: Starlette) -> Dashboard:
 def test_overview_shows_totals_charts_queues_and_the_leader(web: Web, world: World) -> None:
     html = web.page("/")
     assert 'data-testid="page-overview"' in html
+    assert re.search(r'data-events="/events\?seen=[0-9a-f]{16}"', html)
     for queue in ("emails", "images", "idle"):
         assert f'data-testid="queue-row-{queue}"' in html
     summary = re.search(
@@ -351,7 +352,7 @@ def test_prefix_puts_every_route_and_link_under_it(world: World) -> None:
         html = web.page("/pgqueue/")
         assert 'href="/pgqueue/jobs"' in html
         assert 'src="/pgqueue/static/htmx.min.js"' in html
-        assert 'data-events="/pgqueue/events"' in html
+        assert 'data-events="/pgqueue/events?seen=' in html
         assert web.get("/").status_code == 404
         assert web.get("/pgqueue/static/htmx.min.js").status_code == 200
         token = web.token("/pgqueue/jobs")
@@ -440,6 +441,44 @@ async def test_the_event_stream_says_hello_then_a_change_on_notify(world: World)
         assert change == 'event: change\ndata: {"queues":["emails"],"source":"notify"}\n\n'
     finally:
         await events.aclose()
+        await dash.close()
+
+
+async def test_a_change_between_a_page_and_its_stream_is_not_lost(world: World) -> None:
+    # Pages note the activity they were read at; the stream compares it with the watcher's.
+    dash = dash_of(
+        create_app(lambda: pgqueue.AsyncClient.connect(world.url, settings=world.settings))
+    )
+    dash.live.poll_interval = 60.0  # the watcher reads the activity once, as it starts
+    try:
+        async with dash.reading() as page:
+            pass
+        events = stream(dash.live, 30, page.seen)
+        try:
+            assert await anext(events) == "retry: 3000\n\n"
+            assert (await anext(events)).startswith("event: hello")
+            # nothing changed since the page was read: the next event is the next change
+            world.db.rows("SELECT pg_notify($1, 'q:images')", (world.settings.channel,))
+            assert '"source":"notify"' in await asyncio.wait_for(anext(events), 10)
+        finally:
+            await events.aclose()
+        await dash.live.stop()
+
+        async with dash.reading() as page:
+            pass
+        # a job finishes after the page was read (no NOTIFY says so), before its stream starts
+        world.db.rows(
+            f"UPDATE {world.table} SET finished_at = now() WHERE id = $1", (world.completed[0],)
+        )
+        events = stream(dash.live, 30, page.seen)
+        try:
+            assert await anext(events) == "retry: 3000\n\n"
+            assert (await anext(events)).startswith("event: hello")
+            change = await asyncio.wait_for(anext(events), 10)
+            assert change == 'event: change\ndata: {"queues":[],"source":"page"}\n\n'
+        finally:
+            await events.aclose()
+    finally:
         await dash.close()
 
 

@@ -487,7 +487,11 @@ class AsyncStore(AsyncPeriodicStore):
         rows = await self._query(self._q.job_finished_per_minute, (minutes,))
         return [(row[0], int(row[1]), int(row[2]), int(row[3])) for row in rows]
 
-    async def job_activity(self) -> tuple[object, ...]:
-        """Return a value that changes when jobs are added, start or finish, or queues pause."""
-        rows = await self._query(self._q.job_activity)
+    async def web_activity(self) -> tuple[object, ...]:
+        """Return a value that changes when jobs, queues, periodic entries or workers change.
+
+        Jobs added, started or finished; queues or periodic entries paused or resumed; worker
+        processes that come, go or change leader.
+        """
+        rows = await self._query(self._q.web_activity)
         return tuple(rows[0])

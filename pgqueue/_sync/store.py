@@ -481,7 +481,11 @@ class Store(PeriodicStore):
         rows = self._query(self._q.job_finished_per_minute, (minutes,))
         return [(row[0], int(row[1]), int(row[2]), int(row[3])) for row in rows]
 
-    def job_activity(self) -> tuple[object, ...]:
-        """Return a value that changes when jobs are added, start or finish, or queues pause."""
-        rows = self._query(self._q.job_activity)
+    def web_activity(self) -> tuple[object, ...]:
+        """Return a value that changes when jobs, queues, periodic entries or workers change.
+
+        Jobs added, started or finished; queues or periodic entries paused or resumed; worker
+        processes that come, go or change leader.
+        """
+        rows = self._query(self._q.web_activity)
         return tuple(rows[0])

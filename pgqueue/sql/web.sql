@@ -35,13 +35,19 @@ FROM generate_series(
 LEFT JOIN counted c ON c.minute = m.minute
 ORDER BY m.minute;
 
--- name: job_activity
--- What the live view polls (every few seconds, while a browser watches) to tell that something
--- changed: the newest job's id (primary key), the newest finish (jobs_finished_idx), how many
--- jobs run (jobs_processing_idx) and the newest pause or resume (the small queues table).
--- Each part reads one end of an index or a small one: cheap however large the table is.
+-- name: web_activity
+-- What the live view polls (every few seconds, while a browser watches), and what each page
+-- notes as it is read, to tell that something changed: the newest job's id (primary key), the
+-- newest finish (jobs_finished_idx), how many jobs run (jobs_processing_idx), the newest pause
+-- or resume of a queue and of a periodic entry, and the worker processes (how many, the newest
+-- start, the leader). Each part reads one end of an index or a small table: cheap however large
+-- the jobs table is. Heartbeats are left out: they change every few seconds.
 SELECT (SELECT max(j.id) FROM {{schema}}.{{jobs}} j),
     (SELECT max(j.finished_at) FROM {{schema}}.{{jobs}} j
         WHERE j.status IN ('completed', 'failed', 'cancelled')),
     (SELECT count(*) FROM {{schema}}.{{jobs}} j WHERE j.status = 'processing'),
-    (SELECT max(q.updated_at) FROM {{schema}}.{{queues}} q);
+    (SELECT max(q.updated_at) FROM {{schema}}.{{queues}} q),
+    (SELECT max(greatest(e.paused_at, e.resumed_at)) FROM {{schema}}.{{cron_entries}} e),
+    (SELECT count(*) FROM {{schema}}.{{instances}} i),
+    (SELECT max(i.started_at) FROM {{schema}}.{{instances}} i),
+    (SELECT max(i.instance_id::text) FROM {{schema}}.{{instances}} i WHERE i.is_leader);

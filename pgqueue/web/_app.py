@@ -26,7 +26,7 @@ from starlette.routing import Router
 
 from .._async.client import AsyncClient
 from .._async.store import AsyncStore
-from ._live import Live
+from ._live import Live, token
 from ._render import templates
 from ._security import Authorize, Csrf, Forbidden, Grant, cross_site, resolve_grant
 
@@ -44,10 +44,15 @@ ROOT_KEY = "pgqueue.web.root"
 
 @dataclass(frozen=True)
 class Reader:
-    """A page's reading transaction: the admin API (``client``) and the store, both on it."""
+    """A page's reading transaction: the admin API (``client``) and the store, both on it.
+
+    ``seen``: the :func:`~pgqueue.web._live.token` of the activity as the transaction began,
+    which the page passes to its event stream.
+    """
 
     client: AsyncClient
     store: AsyncStore
+    seen: str
 
 
 class Dashboard:
@@ -126,7 +131,8 @@ class Dashboard:
         async with client.driver.with_tx() as tx:
             store = AsyncStore(tx, client.settings)
             await store.session_read_limits(round(self.statement_timeout * 1000))
-            yield Reader(AsyncClient(tx, settings=client.settings), store)
+            seen = token(await store.web_activity())
+            yield Reader(AsyncClient(tx, settings=client.settings), store, seen)
 
     # -- who may do what --------------------------------------------------------------------
 
@@ -222,6 +228,7 @@ class Dashboard:
             "flash": flash,
             "url": lambda route, /, **params: self.url(request, route, **params),
             "here": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+            "seen": None,
             **context,
         }
         response = self.templates.TemplateResponse(

@@ -8,6 +8,7 @@ admin API, and renders its template. Bad input in a query string is shown on the
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 from starlette.exceptions import HTTPException
@@ -67,6 +68,7 @@ class Pages:
         behind = max((q.oldest_available_age or 0.0 for q in stats), default=0.0)
         context = {
             "nav": "overview",
+            "seen": r.seen,
             "stats": stats,
             "totals": _totals(stats),
             "behind": behind,
@@ -91,7 +93,7 @@ class Pages:
         else:
             query = JobQuery.read(params, hide_args=self.dash.hide_args)
         cursor = params.get("cursor") or None
-        page = None
+        page, seen = None, None
         if query.error is None:
             try:
                 async with self.dash.reading() as r:
@@ -101,10 +103,12 @@ class Pages:
                         cursor=cursor,
                         **query.kwargs(),
                     )
+                    seen = r.seen
             except ValueError as exc:  # InvalidFilter, InvalidName: said on the page
                 query.error = str(exc)
         context = {
             "nav": "jobs",
+            "seen": seen,
             "query": query,
             "cursor": cursor,
             "page": page,
@@ -128,7 +132,7 @@ class Pages:
                 f"no job {job_id}: it never existed, or it was deleted (retention removes "
                 "finished jobs)",
             )
-        context = {"nav": "jobs", "job": job, "actions": job_actions(job)}
+        context = {"nav": "jobs", "seen": r.seen, "job": job, "actions": job_actions(job)}
         return self.dash.render(request, "job.html", context, grant=grant)
 
     async def queues(self, request: Request) -> Response:
@@ -138,6 +142,7 @@ class Pages:
             stats = await r.client.queue_stats()
         context = {
             "nav": "queues",
+            "seen": r.seen,
             "stats": stats,
             "finished": ("completed", "failed", "cancelled"),
         }
@@ -148,7 +153,7 @@ class Pages:
         grant = await self.dash.grant(request)
         async with self.dash.reading() as r:
             entries = await r.client.cron_list()
-        context = {"nav": "periodic", "entries": entries}
+        context = {"nav": "periodic", "seen": r.seen, "entries": entries}
         return self.dash.render(request, "periodic.html", context, grant=grant)
 
     async def periodic_entry(self, request: Request) -> Response:
@@ -176,6 +181,7 @@ class Pages:
         older = ticks[-1].tick.astimezone(UTC).isoformat() if len(ticks) == HISTORY_PAGE else None
         context = {
             "nav": "periodic",
+            "seen": r.seen,
             "name": name,
             "entry": entry,
             "ticks": ticks,
@@ -189,14 +195,17 @@ class Pages:
         grant = await self.dash.grant(request)
         async with self.dash.reading() as r:
             workers = await r.client.list_workers()
-        context = {"nav": "workers", "workers": workers}
+        context = {"nav": "workers", "seen": r.seen, "workers": workers}
         return self.dash.render(request, "workers.html", context, grant=grant)
 
     async def events(self, request: Request) -> Response:
         """Stream the live updates: server-sent events (see :mod:`pgqueue.web._live`)."""
         await self.dash.grant(request)
+        seen = request.query_params.get("seen")
+        if seen is not None and not re.fullmatch(r"[0-9a-f]{16}", seen):
+            seen = None
         return StreamingResponse(
-            stream(self.dash.live, MAX_STREAM),
+            stream(self.dash.live, MAX_STREAM, seen),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
