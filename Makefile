@@ -69,7 +69,7 @@ BENCH_STAMP := $(BENCH_VENV)/.installed-stamp
 $(BENCH_STAMP): pyproject.toml benchmarks/requirements.txt
 	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(BENCH_VENV)/bin/python -m pip install --quiet -e '.[all]' -r benchmarks/requirements.txt
+	$(BENCH_VENV)/bin/python -m pip install --quiet -e '.[all,web]' -r benchmarks/requirements.txt
 	touch $(BENCH_STAMP)
 
 .PHONY: bench
@@ -85,9 +85,17 @@ bench-quick: $(BENCH_STAMP) ## A few-minute smoke run of the benchmarks (not for
 bench-admin: $(BENCH_STAMP) ## Admin API reads on 1M finished + 100k pending jobs (~1 min; BENCH_ARGS="--help")
 	$(BENCH_VENV)/bin/python -m benchmarks.admin_queries $(BENCH_ARGS)
 
+.PHONY: bench-web
+bench-web: $(BENCH_STAMP) ## The dashboard's jobs page on 1M finished + 100k pending jobs, over HTTP (~30 s; BENCH_ARGS="--help")
+	$(BENCH_VENV)/bin/python -m benchmarks.web_jobs_page $(BENCH_ARGS)
+
 .PHONY: bench-observability
 bench-observability: $(BENCH_STAMP) ## Drain cost of the events seam, Prometheus, OpenTelemetry (~4 min; BENCH_ARGS="--help")
 	$(BENCH_VENV)/bin/python -m benchmarks.observability $(BENCH_ARGS)
+
+.PHONY: screenshots
+screenshots: $(STAMP) ## Retake the dashboard's screenshots in docs/dashboard/ (Debian's chromium, headless)
+	$(PY) -m tests.browser.screenshots
 
 .PHONY: docs
 docs: ## List the documentation
