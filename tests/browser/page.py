@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
 pytest.importorskip("selenium", reason="selenium is not installed (pip install -e '.[dev]')")
 
-from selenium.common.exceptions import (
-    NoAlertPresentException,
-    NoSuchElementException,
-    StaleElementReferenceException,
-)
+from selenium.common.exceptions import NoAlertPresentException, WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
-from selenium.webdriver.support.ui import WebDriverWait
 
 __all__ = ["By", "WebDriver", "assert_nothing_ran", "hook", "hooks", "post_buttons", "wait"]
 
@@ -34,10 +30,23 @@ def hooks(driver: WebDriver | WebElement, name: str) -> list[WebElement]:
 def wait(driver: WebDriver, what: str, check: Any, timeout: float = 20) -> Any:
     """Wait up to ``timeout`` seconds until ``check(driver)`` is truthy; fail saying ``what``.
 
-    An element missing, or replaced meanwhile (htmx swaps the live parts), counts as not yet.
+    An element missing, replaced meanwhile (htmx swaps the live parts), or of a page being left
+    (a form's POST, then its redirect) counts as not yet: WebDriver's errors are retried until
+    the deadline, and the last one is in the failure.
     """
-    ignored = (NoSuchElementException, StaleElementReferenceException)
-    return WebDriverWait(driver, timeout, 0.05, ignored).until(check, what)
+    deadline = time.monotonic() + timeout
+    last: WebDriverException | None = None
+    while True:
+        try:
+            value = check(driver)
+            if value:
+                return value
+        except WebDriverException as exc:
+            last = exc
+        if time.monotonic() > deadline:
+            cause = f" (last: {type(last).__name__}: {str(last.msg)[:300]})" if last else ""
+            raise AssertionError(f"not within {timeout}s: {what}{cause}")
+        time.sleep(0.05)
 
 
 def assert_nothing_ran(driver: WebDriver) -> None:

@@ -33,6 +33,17 @@ HOSTILE = (
 )
 
 
+def rows(driver: WebDriver) -> list[tuple[str, str]]:
+    """The jobs page's rows: (data-testid, data-status) of each, read in one script."""
+    return [
+        (a, b)
+        for a, b in driver.execute_script(
+            "return [...document.querySelectorAll('[data-testid^=\"job-row-\"]')]"
+            ".map(r => [r.dataset.testid, r.dataset.status])"
+        )
+    ]
+
+
 @pytest.fixture(scope="module")
 def jobs(client: pgqueue.Client, worker: Process) -> dict[str, int]:
     """The module's jobs, once the worker has run those it serves."""
@@ -76,23 +87,23 @@ def test_filtering_the_jobs_by_status_and_queue(
     browser: WebDriver, dashboard: Dashboard, jobs: dict[str, int]
 ) -> None:
     browser.get(dashboard.url("/jobs"))
-    rows = browser.find_elements(By.CSS_SELECTOR, '[data-testid^="job-row-"]')
-    assert len(rows) == 6
+    assert len(rows(browser)) == 6
     hook(browser, "filter-status-failed").click()
     hook(browser, "filter-apply").click()
-    wait(browser, "the failed jobs", lambda d: "status=failed" in d.current_url)
-    rows = browser.find_elements(By.CSS_SELECTOR, '[data-testid^="job-row-"]')
-    assert [r.get_attribute("data-testid") for r in rows] == [f"job-row-{jobs['failed']}"]
-    assert rows[0].get_attribute("data-status") == "failed"
+    failed = [(f"job-row-{jobs['failed']}", "failed")]
+    wait(
+        browser,
+        "only the failed job",
+        lambda d: "status=failed" in d.current_url and rows(d) == failed,
+    )
 
     browser.get(dashboard.url("/jobs"))
     queue = hook(browser, "filter-queue")
     queue.clear()
     queue.send_keys("held")
     hook(browser, "filter-apply").click()
-    wait(browser, "the held queue's jobs", lambda d: "queue=held" in d.current_url)
-    rows = browser.find_elements(By.CSS_SELECTOR, '[data-testid^="job-row-"]')
-    assert [r.get_attribute("data-testid") for r in rows] == [f"job-row-{jobs['hostile']}"]
+    held = [(f"job-row-{jobs['hostile']}", "pending")]
+    wait(browser, "only the held job", lambda d: "queue=held" in d.current_url and rows(d) == held)
 
 
 def test_a_failed_job_retried_runs_and_completes_live(
