@@ -46,7 +46,7 @@ typecheck: $(STAMP) ## Run mypy --strict on the package
 
 .PHONY: test
 test: $(STAMP) ## Run the test suite against PostgreSQL (see PGQUEUE_TEST_DSN in the README)
-	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -q --durations=15 $(PYTEST_ARGS)
 
 .PHONY: test-faults
 test-faults: $(STAMP) ## Run the fault-injection suite (real processes; restarts the local PostgreSQL)
