@@ -21,7 +21,9 @@ which drivers exist and which of them run only under asyncio.
 from __future__ import annotations
 
 import importlib.metadata
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -117,6 +119,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     and 4: refused (the admin commands); 130: interrupted. ``demo`` returns its own status. A job's
     ``SystemExit`` or ``KeyboardInterrupt`` in ``worker`` is raised again, uncaught.
     """
+    if threading.current_thread() is threading.main_thread():
+        # A parent may hand SIGINT and SIGTERM down blocked (a supervisor's or a test runner's
+        # thread mask is inherited): the commands stop on them, so they must arrive.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         # Standalone mode: click prints usage errors and help itself (rich-click draws them),
         # answers shell completion requests ($_PGQUEUE_COMPLETE), and always ends in
