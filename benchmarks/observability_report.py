@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from .report import docs_section_write
 from .run import _summary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,10 +122,4 @@ def _cell(s: dict[str, float], fmt: str) -> str:
 def write_report(doc: dict[str, Any], path: Path) -> None:
     """Rewrite the observability section of docs/benchmarks.md from ``doc`` (read from ``path``)."""
     source = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
-    text = DOC.read_text()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{DOC} lacks the {BEGIN} / {END} markers")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    DOC.write_text(f"{head}{BEGIN}\n{table(doc, source)}\n{END}{tail}")
-    print(f"updated {DOC.relative_to(ROOT)} from {source}")
+    docs_section_write(BEGIN, END, table(doc, source), path)

@@ -17,6 +17,23 @@ DOC = ROOT / "docs" / "benchmarks.md"
 CHART = ROOT / "docs" / "benchmarks.png"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
+
+def docs_section_write(begin: str, end: str, body: str, path: Path) -> None:
+    """Replace the text between ``begin`` and ``end`` in docs/benchmarks.md with ``body``.
+
+    ``path`` is the results file the section was made from (named in the message). Every
+    benchmark that owns a section of the page writes it through here.
+    """
+    source = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+    text = DOC.read_text()
+    if begin not in text or end not in text:
+        raise SystemExit(f"{DOC} lacks the {begin} / {end} markers")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    DOC.write_text(f"{head}{begin}\n{body}\n{end}{tail}")
+    print(f"updated {DOC.relative_to(ROOT)} from {source}")
+
+
 THROUGHPUT = [
     ("enqueue_single", "single add_job ({single:,} calls), jobs/s"),
     ("enqueue_bulk", "bulk add of {bulk:,}, jobs/s"),

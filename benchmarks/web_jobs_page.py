@@ -41,6 +41,7 @@ import psycopg
 
 from . import admin_data
 from .admin_queries import _dsn_for, _pct, _url, machine
+from .report import docs_section_write
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -273,13 +274,7 @@ def table(doc: dict[str, Any], source: str) -> str:
 def write_report(doc: dict[str, Any], path: Path) -> None:
     """Rewrite the web section of docs/benchmarks.md from ``doc`` (read from ``path``)."""
     source = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
-    text = DOC.read_text()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{DOC} lacks the {BEGIN} / {END} markers")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    DOC.write_text(f"{head}{BEGIN}\n{table(doc, source)}\n{END}{tail}")
-    print(f"updated {DOC.relative_to(ROOT)} from {source}")
+    docs_section_write(BEGIN, END, table(doc, source), path)
 
 
 # -- main -------------------------------------------------------------------------------------
