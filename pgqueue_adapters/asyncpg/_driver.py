@@ -22,6 +22,7 @@ from asyncpg.pool import PoolConnectionProxy
 from pgqueue.driver import AsyncTxDriverBase, Params, Row
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError
 
+from .._hot import HotConnection
 from ._library import (
     ERRORS,
     AsyncpgAdvisoryLock,
@@ -148,20 +149,32 @@ class AsyncpgDriver:
             )
         self._owns_source = owns_source
         self._lock = asyncio.Lock()
+        # Only for a pool of our own with room for more than the kept connection (_hot.py).
+        self._hot = HotConnection(
+            owns_source and self._pool is not None and self._pool.get_max_size() >= 2
+        )
 
     @asynccontextmanager
     async def _idle_connection(self) -> AsyncIterator[Any]:
         if self._pool is not None:
-            try:
-                conn = await self._pool.acquire()
-            except ERRORS as exc:
-                raise translate_error(exc) from exc
+            # The connection kept from the last statement, else one from the pool (_hot.py).
+            hot = self._hot.take()
+            if hot is None:
+                try:
+                    with self._hot.waiting():
+                        conn = await self._pool.acquire()
+                except ERRORS as exc:
+                    raise translate_error(exc) from exc
+                since = self._hot.now()
+            else:
+                conn, since = hot
             try:
                 yield conn
-            finally:
-                # If asyncpg cannot reset the connection it terminates it; the pool opens another.
-                with contextlib.suppress(*ERRORS):
-                    await self._pool.release(conn)
+            except BaseException:
+                await self._release(conn)
+                raise
+            if conn.is_closed() or conn.is_in_transaction() or not self._hot.keep(conn, since):
+                await self._release(conn)
             return
         async with self._lock:
             conn = self._conn
@@ -174,6 +187,11 @@ class AsyncpgDriver:
                     "inside your transaction"
                 )
             yield conn
+
+    async def _release(self, conn: Any) -> None:
+        # If asyncpg cannot reset the connection it terminates it; the pool opens another.
+        with contextlib.suppress(*ERRORS):
+            await self._pool.release(conn)
 
     async def _statement(self, query: str, params: Params, fetch: bool) -> list[Row]:
         async with self._idle_connection() as conn:
@@ -246,6 +264,9 @@ class AsyncpgDriver:
         if not self._owns_source:
             return
         if self._pool is not None:
+            kept = self._hot.close()
+            if kept is not None:
+                await self._release(kept)
             await self._pool.close()
         elif self._conn is not None:
             await close_quietly(self._conn)

@@ -25,6 +25,7 @@ from psycopg_pool import AsyncConnectionPool
 from pgqueue.driver import AsyncLock, AsyncTxDriverBase, Params, Row
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError
 
+from .._hot import HotConnection
 from ._async_library import (  # sync: from ._sync_library import (
     AsyncPsycopgAdvisoryLock,
     AsyncPsycopgListener,
@@ -98,10 +99,32 @@ class AsyncPsycopgDriver:
             )
         self._owns_source = owns_source
         self._lock = AsyncLock()
+        # Only for a pool of our own (autocommit connections) with room for more than the kept
+        # connection (pgqueue_adapters/_hot.py).
+        self._hot = HotConnection(
+            owns_source and self._pool is not None and self._pool.max_size >= 2
+        )
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[AsyncConnection[Any]]:
-        if self._pool is not None:
+        if self._pool is not None and self._hot.enabled:
+            # The connection kept from the last statement, else one from the pool (_hot.py).
+            hot = self._hot.take()
+            if hot is None:
+                with self._hot.waiting():
+                    conn = await self._pool.getconn()
+                since = self._hot.now()
+            else:
+                conn, since = hot
+            try:
+                yield conn
+            except BaseException:
+                await self._pool.putconn(conn)  # rolled back, or replaced, by the pool
+                raise
+            idle = not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE
+            if not idle or not self._hot.keep(conn, since):
+                await self._pool.putconn(conn)
+        elif self._pool is not None:
             async with self._pool.connection() as conn:
                 yield conn
         else:
@@ -183,6 +206,9 @@ class AsyncPsycopgDriver:
     async def close(self) -> None:
         """Close the pool if this driver opened it; otherwise leave the caller's objects open."""
         if self._owns_source and self._pool is not None:
+            kept = self._hot.close()
+            if kept is not None:
+                await self._pool.putconn(kept)
             await self._pool.close()
 
 

@@ -26,6 +26,7 @@ from psycopg_pool import ConnectionPool
 from pgqueue.driver import Lock, TxDriverBase, Params, Row
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError
 
+from .._hot import HotConnection
 from ._sync_library import (
     PsycopgAdvisoryLock,
     PsycopgListener,
@@ -97,10 +98,32 @@ class PsycopgDriver:
             )
         self._owns_source = owns_source
         self._lock = Lock()
+        # Only for a pool of our own (autocommit connections) with room for more than the kept
+        # connection (pgqueue_adapters/_hot.py).
+        self._hot = HotConnection(
+            owns_source and self._pool is not None and self._pool.max_size >= 2
+        )
 
     @contextmanager
     def _connection(self) -> Iterator[Connection[Any]]:
-        if self._pool is not None:
+        if self._pool is not None and self._hot.enabled:
+            # The connection kept from the last statement, else one from the pool (_hot.py).
+            hot = self._hot.take()
+            if hot is None:
+                with self._hot.waiting():
+                    conn = self._pool.getconn()
+                since = self._hot.now()
+            else:
+                conn, since = hot
+            try:
+                yield conn
+            except BaseException:
+                self._pool.putconn(conn)  # rolled back, or replaced, by the pool
+                raise
+            idle = not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE
+            if not idle or not self._hot.keep(conn, since):
+                self._pool.putconn(conn)
+        elif self._pool is not None:
             with self._pool.connection() as conn:
                 yield conn
         else:
@@ -182,6 +205,9 @@ class PsycopgDriver:
     def close(self) -> None:
         """Close the pool if this driver opened it; otherwise leave the caller's objects open."""
         if self._owns_source and self._pool is not None:
+            kept = self._hot.close()
+            if kept is not None:
+                self._pool.putconn(kept)
             self._pool.close()
 
 
