@@ -199,11 +199,15 @@ class AsyncClient(AsyncAdmin, AsyncPeriodicAdmin):
         queues: Mapping[str, int] | None = None,
         *,
         config: RuntimeConfig | None = None,
+        until_empty: bool = False,
     ) -> None:
         """Start running jobs of the registry's kinds, in the background.
 
         ``queues`` maps queue names to how many jobs of that queue may run at once (default
         ``{"default": 10}``). Returns once the workers are started; :meth:`stop` ends them.
+        With ``until_empty=True`` the workers also request their own stop once their queues
+        are empty, as :meth:`run` describes: ``runtime.wait_stopping()`` returns then, and
+        :meth:`stop` still ends them.
         """
         if self.registry is None:
             raise ConfigurationError(
@@ -219,6 +223,7 @@ class AsyncClient(AsyncAdmin, AsyncPeriodicAdmin):
             queues or {"default": 10},
             config or RuntimeConfig(),
             events=self.events,
+            until_empty=until_empty,
         )
         # set first: a Ctrl-C the moment start() returns still finds the runtime to stop
         self._runtime = runtime
@@ -245,13 +250,26 @@ class AsyncClient(AsyncAdmin, AsyncPeriodicAdmin):
         queues: Mapping[str, int] | None = None,
         *,
         config: RuntimeConfig | None = None,
-    ) -> None:
+        until_empty: bool = False,
+    ) -> int:
         """Start the workers and block until a stop is requested, then stop them.
 
-        A ``KeyboardInterrupt`` or ``SystemExit`` raised by a job's ``process`` stops the
-        workers at once and is raised again from here once they have stopped.
+        With ``until_empty=True`` the workers stop by themselves as soon as no job of
+        ``queues`` (of the registry's kinds) is due and none is running or waiting for its
+        outcome to be written in this client; ``run`` returns after that graceful stop, every
+        outcome written. Jobs scheduled for later, retries waiting out their backoff among
+        them, are not waited for (like procrastinate's ``run_worker(wait=False)``); a job
+        retried or snoozed with no delay is due at once, so it runs, and so do the jobs that
+        its jobs enqueue, due now, in these queues. A paused queue has nothing due. A stop
+        requested meanwhile (``runtime.request_stop()``, Ctrl-C) ends it as usual.
+
+        Returns how many runs of jobs it recorded the outcome of: runs that completed, were
+        retried, failed, snoozed or were cancelled (a run cut off by a stop and handed back
+        to pending does not count). A ``KeyboardInterrupt`` or ``SystemExit`` raised by a
+        job's ``process`` stops the workers at once and is raised again from here once they
+        have stopped.
         """
-        await self.start(queues, config=config)
+        await self.start(queues, config=config, until_empty=until_empty)
         runtime = self._runtime
         assert runtime is not None
         try:
@@ -261,6 +279,7 @@ class AsyncClient(AsyncAdmin, AsyncPeriodicAdmin):
             await self.stop(0.0 if runtime._immediate else None)
         if runtime.fatal is not None:
             raise runtime.fatal
+        return runtime.runs_recorded
 
     # -- enqueue ----------------------------------------------------------------------------
 

@@ -3,7 +3,8 @@
 The sync runtime runs on :class:`~pgqueue.Client`; the asyncio runtime (``--asyncio``, and always
 with an asyncio-only driver) on :class:`~pgqueue.AsyncClient`, on an event loop of its own. Both
 stop gracefully on the first signal and at once on the second, and neither lets a job that
-ignores its cancellation hold up the exit.
+ignores its cancellation hold up the exit. With ``--until-empty`` they also stop, gracefully,
+once no job of their queues is due and none runs.
 """
 
 from __future__ import annotations
@@ -102,9 +103,10 @@ class WorkerOptions:
     config: RuntimeConfig
     log_format: LogFormat = "text"
     observe: Observability = dataclasses.field(default_factory=Observability)
+    until_empty: bool = False
 
 
-@click.command("worker", short_help="run jobs until SIGTERM/SIGINT")
+@click.command("worker", short_help="run jobs until SIGTERM/SIGINT (or until none is due)")
 @help_panels(OBSERVABILITY_PANEL, RUNTIME_PANEL)
 @click.argument(
     "registry",
@@ -136,6 +138,14 @@ class WorkerOptions:
     show_envvar=True,
     help="run the asyncio runtime (async jobs on the event loop, sync ones on threads); "
     "always on with an asyncio-only driver",
+)
+@click.option(
+    "--until-empty",
+    is_flag=True,
+    envvar="PGQUEUE_UNTIL_EMPTY",
+    show_envvar=True,
+    help="exit (status 0) once no job of the queues is due and none runs here, every outcome "
+    "written; jobs scheduled for later (retries in their backoff too) are not waited for",
 )
 @click.option(
     "--periodic/--no-periodic",
@@ -178,6 +188,7 @@ def worker(
     queues: str,
     migrate: bool,
     use_asyncio: bool,
+    until_empty: bool,
     periodic: bool,
     log_level: str,
     log_format: str,
@@ -196,6 +207,9 @@ def worker(
     The first signal stops gracefully: running jobs get --shutdown-timeout seconds.
 
     A second signal stops at once, handing running jobs back without charging an attempt.
+
+    With --until-empty it also stops, and exits with 0, as soon as no job of its queues is due
+    and none runs here (a batch run, a test).
     """
     options = WorkerOptions(
         target=Target.from_options(dsn, driver, schema, prefix),
@@ -206,6 +220,7 @@ def worker(
         log_level=log_level,
         log_format="json" if log_format.lower() == "json" else "text",
         observe=Observability(metrics_port, health_port, http_host, otel),
+        until_empty=until_empty,
         # seconds: one value per _RUNTIME_HELP entry
         config=dataclasses.replace(_DEFAULTS, periodic=periodic, **seconds),
     )
@@ -280,7 +295,7 @@ def run_worker(options: WorkerOptions) -> int:
             c.migrate()
         close_observability = observability_start(c, options.observe)
         try:
-            c.start(queues, config=options.config)
+            c.start(queues, config=options.config, until_empty=options.until_empty)
             _log_started(options, queues, registry, "sync")
             runtime = c.runtime
             assert runtime is not None
@@ -292,6 +307,7 @@ def run_worker(options: WorkerOptions) -> int:
             close_observability()
     if runtime.fatal is not None:
         raise runtime.fatal  # a job's SystemExit or KeyboardInterrupt ends the command
+    _log_ran(options, runtime.runs_recorded, stopper.signals)
     if stopper.signals > 1 or runtime.stuck_jobs:
         # Job threads still running (stuck, or cut off by the second signal) must not hold up
         # the exit: a thread of a job's own (asyncio.to_thread, a pool) would be joined.
@@ -331,6 +347,13 @@ def _log_started(
     elif names:
         logging.getLogger("pgqueue").info(
             "periodic entries not evaluated here (--no-periodic): %s", names
+        )
+
+
+def _log_ran(options: WorkerOptions, runs: int, signals: int) -> None:
+    if options.until_empty and not signals:
+        logging.getLogger("pgqueue").info(
+            "worker done (--until-empty): %d job run(s) recorded", runs, extra={"runs": runs}
         )
 
 
@@ -380,7 +403,7 @@ async def _run_worker_async(
             await c.migrate()
         close_observability = observability_start(c, options.observe)
         try:
-            await c.start(queues, config=options.config)
+            await c.start(queues, config=options.config, until_empty=options.until_empty)
             _log_started(options, queues, registry, "asyncio")
             runtime = c.runtime
             assert runtime is not None
@@ -392,6 +415,7 @@ async def _run_worker_async(
             close_observability()
     if runtime.fatal is not None:
         raise runtime.fatal  # a job's SystemExit or KeyboardInterrupt ends the command
+    _log_ran(options, runtime.runs_recorded, stopper.signals)
     return 0, stopper.signals > 1
 
 

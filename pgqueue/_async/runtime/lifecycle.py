@@ -34,6 +34,7 @@ from .heartbeat import AsyncHeartbeat
 from .leader import AsyncLeader
 from .listener import AsyncListener
 from .scheduler import AsyncScheduler
+from .until_empty import EmptyWatch
 from .writer import AsyncOutcomeWriter
 
 __all__ = ["AsyncRuntime"]
@@ -53,7 +54,11 @@ def _check_queues(queues: Mapping[str, int]) -> None:
 
 
 class AsyncRuntime:
-    """Runs the jobs of ``queues`` (name -> concurrency) for one client."""
+    """Runs the jobs of ``queues`` (name -> concurrency) for one client.
+
+    With ``until_empty=True`` it requests its own stop once no job of ``queues`` is due and
+    none runs here (``client.run(until_empty=True)``).
+    """
 
     def __init__(
         self,
@@ -64,6 +69,7 @@ class AsyncRuntime:
         config: RuntimeConfig,
         *,
         events: EventHub | None = None,
+        until_empty: bool = False,
     ) -> None:
         _check_queues(queues)
         if len(registry) == 0:
@@ -90,7 +96,8 @@ class AsyncRuntime:
         self._stop_started = False
         self._wake = {name: Event() for name in self.queues}
         self._runs = RunTable(self.queues)
-        self._writer = AsyncOutcomeWriter(store, config)
+        self._watch = EmptyWatch(self._wake, self._on_empty) if until_empty else None
+        self._writer = AsyncOutcomeWriter(store, config, self._watch)
         self._executor = AsyncJobExecutor(
             registry=registry,
             config=config,
@@ -114,6 +121,7 @@ class AsyncRuntime:
                 wake=self._wake[name],
                 stopping=self._stopping,
                 launch=self._executor.launch,
+                watch=self._watch,
             )
             for name, concurrency in self.queues.items()
         ]
@@ -201,6 +209,20 @@ class AsyncRuntime:
             running=len(self._runs),
         )
 
+    @property
+    def until_empty(self) -> bool:
+        """True when this runtime stops by itself once its queues are empty (``until_empty``)."""
+        return self._watch is not None
+
+    @property
+    def runs_recorded(self) -> int:
+        """How many runs of jobs this runtime recorded the outcome of (what ``run()`` returns).
+
+        Runs that completed, were retried, failed, snoozed or were cancelled count; a run cut
+        off by a stop and handed back to pending does not.
+        """
+        return self._writer.recorded
+
     def running_by_queue(self) -> dict[str, int]:
         """How many jobs this instance runs now, per queue it serves."""
         return {name: self._runs.busy(name) for name in self.queues}
@@ -264,6 +286,15 @@ class AsyncRuntime:
         self._stopping.set()
         for wake in self._wake.values():
             wake.set()
+
+    def _on_empty(self) -> None:
+        logger.info(
+            "pgqueue instance %s: no job of queues %s is due and none runs here: stopping "
+            "(until_empty)",
+            self.instance_id,
+            ", ".join(self.queues),
+        )
+        self.request_stop()
 
     async def wait_stopping(self, timeout: float | None = None) -> bool:
         """Wait until a stop is requested; return whether it was."""

@@ -3,7 +3,9 @@
 A job's slot is free for the next claim as soon as its ``process`` returns: its outcome goes to
 the :class:`~pgqueue.runtime_state.Outbox`, and this writer records many outcomes in one
 statement. It owns no other state and never decides an outcome, except the plain failure that
-replaces one the database refuses.
+replaces one the database refuses. It counts the runs whose outcome it recorded (what
+``client.run()`` returns) and, in until-empty mode, tells the
+:class:`~.until_empty.EmptyWatch` which outcomes it is done with.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from ...runtime_config import RuntimeConfig
 from ...runtime_state import Outbox
 from ..compat import Event, wait_event
 from ..store import AsyncStore
+from .until_empty import EmptyWatch
 
 __all__ = ["AsyncOutcomeWriter"]
 
@@ -33,9 +36,14 @@ _Batch = list[tuple[ClaimedJob, Outcome]]
 class AsyncOutcomeWriter:
     """Writes the outcomes put in its outbox until :meth:`close`, then once more."""
 
-    def __init__(self, store: AsyncStore, config: RuntimeConfig) -> None:
+    def __init__(
+        self, store: AsyncStore, config: RuntimeConfig, watch: EmptyWatch | None = None
+    ) -> None:
         self._store = store
+        self._watch = watch  # until-empty mode only
         self.outbox = Outbox()
+        self.recorded = 0
+        """How many runs' outcomes it recorded, hand-backs (``release``) left out."""
         self._wake = Event()
         self._final = Event()
         self._backoff = Backoff(_RETRY_FIRST, config.outcome_retry_max, jitter=0.2)
@@ -97,7 +105,7 @@ class AsyncOutcomeWriter:
             logger.warning("could not record how %d job(s) ended (%s); will retry", len(batch), exc)
             self.outbox.put_back(batch)
             return False
-        _check_written(batch, written)
+        self._done(batch, written)
         return True
 
     async def _write_singly(self, batch: _Batch) -> bool:
@@ -136,18 +144,27 @@ class AsyncOutcomeWriter:
                         job.id,
                         again,
                     )
+                    if self._watch is not None:  # given up on: done with all the same
+                        self._watch.outcomes_written(1)
                     continue
-            _check_written(item, written)
+            self._done(item, written)
         return True
 
-
-def _check_written(batch: Sequence[tuple[ClaimedJob, Outcome]], written: set[int]) -> None:
-    if len(written) < len(batch):
+    def _done(self, batch: Sequence[tuple[ClaimedJob, Outcome]], written: set[int]) -> None:
+        """Count what a write of ``batch`` recorded (the ids ``written``) and log the rest."""
+        recorded = len(written)
+        if recorded < len(batch):
+            for job, outcome in batch:
+                if job.id not in written:
+                    logger.info(
+                        "job %s: no longer ours (rescued, cancelled or handed back meanwhile); "
+                        "its %s was not recorded",
+                        job.id,
+                        outcome.action,
+                    )
         for job, outcome in batch:
-            if job.id not in written:
-                logger.info(
-                    "job %s: no longer ours (rescued, cancelled or handed back meanwhile); "
-                    "its %s was not recorded",
-                    job.id,
-                    outcome.action,
-                )
+            if outcome.action == "release" and job.id in written:
+                recorded -= 1
+        self.recorded += recorded
+        if self._watch is not None:
+            self._watch.outcomes_written(len(batch))

@@ -17,7 +17,9 @@ pgqueue/_sync/runtime/ is generated from it. One runtime per client, started by
 - ``heartbeat``: keeps this instance's row fresh, picks up missed cancel requests and warns
   about due jobs whose kind no live worker runs;
 - ``leader``: whoever holds the leader advisory lock rescues the jobs of dead instances,
-  removes finished jobs past retention and expires unique locks.
+  removes finished jobs past retention and expires unique locks;
+- ``until_empty``: in until-empty mode only, tells from what the claims found and the outcomes
+  written when no job of the queues is due and none runs here, and requests the stop.
 
 Their bookkeeping (runs in progress, the outbox, notifications, the events of a run) lives
 once, for both sides, in ``pgqueue.runtime_state``; their retry delays in ``pgqueue.backoff``.

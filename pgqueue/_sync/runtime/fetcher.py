@@ -4,7 +4,8 @@
 
 It sleeps until a notification, a freed slot, the next scheduled job's due time or the poll
 interval wakes it; when a claim fails with the connection, it first hands back whatever that
-claim may have taken (its reply was lost) before it claims again.
+claim may have taken (its reply was lost) before it claims again. In until-empty mode it tells
+the :class:`~.until_empty.EmptyWatch` what each claim found.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ...runtime_config import RuntimeConfig
 from ...runtime_state import RunTable
 from ..compat import Event, wait_event
 from ..store import Store
+from .until_empty import EmptyWatch
 
 __all__ = ["Fetcher"]
 
@@ -47,6 +49,7 @@ class Fetcher:
         wake: Event,
         stopping: Event,
         launch: Callable[[ClaimedJob], None],
+        watch: EmptyWatch | None = None,
     ) -> None:
         self.queue = queue
         self.concurrency = concurrency
@@ -58,6 +61,7 @@ class Fetcher:
         self._wake = wake
         self._stopping = stopping
         self._launch = launch
+        self._watch = watch  # until-empty mode only
         self._worker_id = f"{socket.gethostname()}:{os.getpid()}:{queue}"
         self._backoff = Backoff(_RETRY_FIRST, config.claim_retry_max)
         # leases of claims that failed with the connection: they may have committed
@@ -91,6 +95,8 @@ class Fetcher:
         A failed claim is logged and its ``DatabaseError`` raised again.
         """
         lease = uuid.uuid4()
+        watch = self._watch
+        seen = 0 if watch is None else watch.claim_begins(self.queue)
         try:
             claim = self._store.job_claim(
                 self.queue, self._kinds, free, self._instance_id, lease, self._worker_id
@@ -103,6 +109,8 @@ class Fetcher:
         for job in claim.jobs:
             self._launch(job)
         self._backoff.reset()
+        if watch is not None:
+            watch.claim_ended(self.queue, seen, len(claim.jobs), len(claim.jobs) < free)
         return claim.next_due
 
     def _release_unsure(self) -> bool:

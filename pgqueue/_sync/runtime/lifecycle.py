@@ -36,6 +36,7 @@ from .heartbeat import Heartbeat
 from .leader import Leader
 from .listener import Listener
 from .scheduler import Scheduler
+from .until_empty import EmptyWatch
 from .writer import OutcomeWriter
 
 __all__ = ["Runtime"]
@@ -55,7 +56,11 @@ def _check_queues(queues: Mapping[str, int]) -> None:
 
 
 class Runtime:
-    """Runs the jobs of ``queues`` (name -> concurrency) for one client."""
+    """Runs the jobs of ``queues`` (name -> concurrency) for one client.
+
+    With ``until_empty=True`` it requests its own stop once no job of ``queues`` is due and
+    none runs here (``client.run(until_empty=True)``).
+    """
 
     def __init__(
         self,
@@ -66,6 +71,7 @@ class Runtime:
         config: RuntimeConfig,
         *,
         events: EventHub | None = None,
+        until_empty: bool = False,
     ) -> None:
         _check_queues(queues)
         if len(registry) == 0:
@@ -92,7 +98,8 @@ class Runtime:
         self._stop_started = False
         self._wake = {name: Event() for name in self.queues}
         self._runs = RunTable(self.queues)
-        self._writer = OutcomeWriter(store, config)
+        self._watch = EmptyWatch(self._wake, self._on_empty) if until_empty else None
+        self._writer = OutcomeWriter(store, config, self._watch)
         self._executor = JobExecutor(
             registry=registry,
             config=config,
@@ -116,6 +123,7 @@ class Runtime:
                 wake=self._wake[name],
                 stopping=self._stopping,
                 launch=self._executor.launch,
+                watch=self._watch,
             )
             for name, concurrency in self.queues.items()
         ]
@@ -203,6 +211,20 @@ class Runtime:
             running=len(self._runs),
         )
 
+    @property
+    def until_empty(self) -> bool:
+        """True when this runtime stops by itself once its queues are empty (``until_empty``)."""
+        return self._watch is not None
+
+    @property
+    def runs_recorded(self) -> int:
+        """How many runs of jobs this runtime recorded the outcome of (what ``run()`` returns).
+
+        Runs that completed, were retried, failed, snoozed or were cancelled count; a run cut
+        off by a stop and handed back to pending does not.
+        """
+        return self._writer.recorded
+
     def running_by_queue(self) -> dict[str, int]:
         """How many jobs this instance runs now, per queue it serves."""
         return {name: self._runs.busy(name) for name in self.queues}
@@ -266,6 +288,15 @@ class Runtime:
         self._stopping.set()
         for wake in self._wake.values():
             wake.set()
+
+    def _on_empty(self) -> None:
+        logger.info(
+            "pgqueue instance %s: no job of queues %s is due and none runs here: stopping "
+            "(until_empty)",
+            self.instance_id,
+            ", ".join(self.queues),
+        )
+        self.request_stop()
 
     def wait_stopping(self, timeout: float | None = None) -> bool:
         """Wait until a stop is requested; return whether it was."""

@@ -23,8 +23,9 @@ from ..driver import Driver
 
 __all__ = ["Listener"]
 
-# How long a listener wait may block, so the loop notices shutdown promptly.
-_LISTEN_WAIT = 0.5
+# How long a listener wait may block, so the loop notices shutdown promptly (a stop waits for
+# it). A wait is local (no round trip), so a short one costs a wake-up, nothing more.
+_LISTEN_WAIT = 0.1
 # First pause before reconnecting (doubling up to listener_reconnect_max).
 _RETRY_FIRST = 0.1
 
