@@ -250,26 +250,33 @@ def claim_decode(rows: Sequence[Row], lease: Any, queue: str) -> Claim:
     return Claim(jobs, next_due)
 
 
-def finish_params(batch: Sequence[tuple[ClaimedJob, Outcome]]) -> tuple[list[Any], ...]:
-    """Return the array parameters of ``job_finish_many`` for a batch of outcomes."""
-    columns: tuple[list[Any], ...] = ([], [], [], [], [], [], [], [])
-    ids, leases, actions, statuses, delays, messages, errors, durations = columns
+def finish_params(batch: Sequence[tuple[ClaimedJob, Outcome]]) -> tuple[str]:
+    """Return ``job_finish_many``'s parameter: the batch's outcomes as one JSON array."""
+    rows = []
     for job, outcome in batch:
-        ids.append(job.id)
-        leases.append(job.lease)
+        row: dict[str, Any] = {"id": job.id, "lease": str(job.lease)}
         if outcome.action in ("retry", "fail", "cancel"):
-            actions.append("error")
-            statuses.append(outcome.status)
-            messages.append(outcome.message)
-            errors.append(outcome.error)
+            row["action"] = "error"
+            row["status"] = outcome.status
+            row["message"] = outcome.message
+            row["error"] = outcome.error
         else:
-            actions.append(outcome.action)
-            statuses.append(None)
-            messages.append(None)
-            errors.append(None)
-        delays.append(outcome.delay)
-        durations.append(job.duration)
-    return columns
+            row["action"] = outcome.action
+        row["delay"] = outcome.delay
+        if job.duration is not None:
+            row["duration"] = job.duration
+        rows.append(row)
+    return (_FINISH_ENCODER.encode(rows),)
+
+
+# Compact; a non-finite delay or duration is refused here rather than sent as a token the
+# server's JSON parser rejects (neither can be: delays are checked where they are made).
+_FINISH_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+
+
+def claim_kinds(kinds: Sequence[str]) -> str:
+    """Return ``job_claim``'s kinds parameter: the kinds joined by commas (a kind has none)."""
+    return ",".join(kinds)
 
 
 # -- inspecting ---------------------------------------------------------------------------------

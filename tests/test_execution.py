@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
 from datetime import UTC, datetime
 
 from pgqueue.execution import CancelFlag, ClaimedJob, Outcome, is_coroutine_function
-from pgqueue.store_codec import claim_decode, finish_params
+from pgqueue.store_codec import claim_decode, claim_kinds, finish_params
 
 
 def test_cancel_flag_behaves_like_an_event() -> None:
@@ -65,27 +66,42 @@ def test_claim_rows_split_off_the_next_due_row() -> None:
     assert with_options.timeout == 1.5
 
 
-def test_finish_params_is_one_array_per_column() -> None:
+def test_finish_params_is_one_json_array_of_outcomes() -> None:
     def job(i: int) -> ClaimedJob:
-        return ClaimedJob(i, "k", "q", "{}", 1, 3, datetime.now(UTC), 0, uuid.uuid4(), duration=i)
+        duration = None if i == 6 else float(i)  # cut off: no duration, the stored one stays
+        return ClaimedJob(
+            i, "k", "q", "{}", 1, 3, datetime.now(UTC), 0, uuid.uuid4(), duration=duration
+        )
 
     batch = [
         (job(1), Outcome("complete")),
-        (job(2), Outcome("retry", delay=4.0, message="boom", error="{}")),
+        (job(2), Outcome("retry", delay=4.0, message='bo"om\n\u00e9', error='{"a":1}')),
         (job(3), Outcome("fail", message="bad", error="{}")),
         (job(4), Outcome("cancel", message="stop", error="{}")),
         (job(5), Outcome("snooze", delay=9.0)),
         (job(6), Outcome("release")),
     ]
-    ids, leases, actions, statuses, delays, messages, errors, durations = finish_params(batch)
-    assert ids == [1, 2, 3, 4, 5, 6]
-    assert leases == [j.lease for j, _ in batch]
-    assert actions == ["complete", "error", "error", "error", "snooze", "release"]
-    assert statuses == [None, "pending", "failed", "cancelled", None, None]
-    assert delays == [0.0, 4.0, 0.0, 0.0, 9.0, 0.0]
-    assert messages == [None, "boom", "bad", "stop", None, None]
-    assert errors == [None, "{}", "{}", "{}", None, None]
-    assert durations == [1, 2, 3, 4, 5, 6]
+    (text,) = finish_params(batch)
+    rows = json.loads(text)
+    assert [r["id"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert [r["lease"] for r in rows] == [str(j.lease) for j, _ in batch]
+    assert [r["action"] for r in rows] == [
+        "complete",
+        "error",
+        "error",
+        "error",
+        "snooze",
+        "release",
+    ]
+    assert [r.get("status") for r in rows] == [None, "pending", "failed", "cancelled", None, None]
+    assert [r["delay"] for r in rows] == [0.0, 4.0, 0.0, 0.0, 9.0, 0.0]
+    assert [r.get("message") for r in rows] == [None, 'bo"om\n\u00e9', "bad", "stop", None, None]
+    assert [r.get("error") for r in rows] == [None, '{"a":1}', "{}", "{}", None, None]
+    assert [r.get("duration") for r in rows] == [1.0, 2.0, 3.0, 4.0, 5.0, None]
+
+
+def test_claim_kinds_is_one_text() -> None:
+    assert claim_kinds(["a.b", "c:d-e_f"]) == "a.b,c:d-e_f"
 
 
 def test_coroutine_check_is_remembered_per_function() -> None:

@@ -18,6 +18,7 @@ import json
 import re
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -25,7 +26,10 @@ import pytest
 from psycopg import sql
 
 import pgqueue
+from pgqueue.execution import ClaimedJob, Outcome
 from pgqueue.queries import queries_for
+from pgqueue.store_codec import claim_kinds
+from pgqueue.store_codec import finish_params as store_finish_params
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -144,41 +148,39 @@ def claim_params(conn: psycopg.Connection[Any], settings: pgqueue.Settings) -> l
         f"INSERT INTO {queries_for(settings).table('instances')} (instance_id) VALUES (%s)",
         (instance,),
     )
-    return ["default", ["k0", "k1"], CLAIM_SLOTS, instance, uuid.uuid4(), "host:1:default"]
+    kinds = claim_kinds(["k0", "k1"])
+    return ["default", kinds, CLAIM_SLOTS, instance, uuid.uuid4(), "host:1:default"]
 
 
-def finish_params(
-    conn: psycopg.Connection[Any], settings: pgqueue.Settings, types: list[str]
-) -> list[Any]:
-    """A batch of BATCH 'complete' outcomes for running jobs, one array per parameter.
+def finish_params(conn: psycopg.Connection[Any], settings: pgqueue.Settings) -> list[Any]:
+    """A batch of BATCH 'complete' outcomes for running jobs, encoded as the store encodes it.
 
-    Built from the parameter types (the statement gains parameters as features come): the job
-    ids and their leases are real; the first text array is the action, the rest NULL. A plan
-    depends only on the types and, for a custom plan, on the ids and the arrays' lengths.
+    The job ids and their leases are real. A plan depends only on the parameter's type and,
+    for a custom plan, on the ids.
     """
     rows = conn.execute(
         f"SELECT id, lease_token FROM {queries_for(settings).table('jobs')} "
         f"WHERE status = 'processing' ORDER BY id LIMIT {BATCH}"
     ).fetchall()
-    ids = [r[0] for r in rows]
-    leases = [r[1] for r in rows]
-    params: list[Any] = []
-    seen_text = False
-    for t in types:
-        if t == "bigint[]":
-            params.append(ids)
-        elif t == "uuid[]":
-            params.append(leases)
-        elif t == "double precision[]":
-            params.append([0.0] * len(ids))
-        elif t == "text[]" and not seen_text:
-            seen_text = True
-            params.append(["complete"] * len(ids))
-        elif t.endswith("[]"):
-            params.append(sql.SQL(f"array_fill(NULL::{t[:-2]}, ARRAY[{len(ids)}])"))
-        else:
-            params.append(sql.SQL(f"NULL::{t}"))
-    return params
+    batch = [
+        (
+            ClaimedJob(
+                id=job_id,
+                kind="k0",
+                queue="default",
+                payload_text="{}",
+                attempt=1,
+                max_attempts=25,
+                scheduled_for=datetime.now(UTC),
+                priority=0,
+                lease=lease,
+                duration=0.0,
+            ),
+            Outcome("complete"),
+        )
+        for job_id, lease in rows
+    ]
+    return list(store_finish_params(batch))
 
 
 def claim_plan(
@@ -186,7 +188,7 @@ def claim_plan(
 ) -> dict[str, Any]:
     conn.execute(f"SET plan_cache_mode = {mode}")
     types = prepare(conn, "claim", statement)
-    assert types[:3] == ["text", "text[]", "bigint"], types
+    assert types[:3] == ["text", "text", "bigint"], types
     return explain(conn, "claim", claim_params(conn, settings))
 
 
@@ -194,8 +196,8 @@ def finish_plan(
     conn: psycopg.Connection[Any], settings: pgqueue.Settings, statement: str, mode: str
 ) -> dict[str, Any]:
     conn.execute(f"SET plan_cache_mode = {mode}")
-    types = prepare(conn, "finish", statement)
-    return explain(conn, "finish", finish_params(conn, settings, types))
+    assert prepare(conn, "finish", statement) == ["json"]
+    return explain(conn, "finish", finish_params(conn, settings))
 
 
 def check_claim_plan(plan: dict[str, Any], settings: pgqueue.Settings, mode: str) -> None:
@@ -272,7 +274,8 @@ def test_finish_check_rejects_the_status_test_that_read_every_running_job(
     # plan for a batch read every running job through the processing index, and hashed them.
     old = earlier_form(
         queries_for(settings).job_finish_many,
-        r"WHERE j\.id = ANY\(\$1::bigint\[\]\) AND j\.id = o\.id AND j\.lease_token = o\.lease",
+        r"WHERE j\.id = ANY\(ARRAY\(SELECT id FROM o\)\) "
+        r"AND j\.id = o\.id AND j\.lease_token = o\.lease",
         OLD_FINISH_WHERE,
     )
     plan = finish_plan(busy, settings, old, "force_custom_plan")

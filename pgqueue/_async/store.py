@@ -42,6 +42,7 @@ from ..store_codec import (
     RescuedJob,
     UnknownKind,
     claim_decode,
+    claim_kinds,
     copy_records,
     existing_handle,
     finish_params,
@@ -278,7 +279,7 @@ class AsyncStore(AsyncPeriodicStore):
     ) -> Claim:
         """Claim up to ``limit`` due jobs of ``queue`` of ``kinds`` under ``lease``."""
         rows = await self._query(
-            self._q.job_claim, (queue, kinds, limit, instance_id, lease, worker_id)
+            self._q.job_claim, (queue, claim_kinds(kinds), limit, instance_id, lease, worker_id)
         )
         return claim_decode(rows, lease, queue)
 

@@ -44,6 +44,7 @@ from ..store_codec import (
     RescuedJob,
     UnknownKind,
     claim_decode,
+    claim_kinds,
     copy_records,
     existing_handle,
     finish_params,
@@ -273,7 +274,9 @@ class Store(PeriodicStore):
         worker_id: str,
     ) -> Claim:
         """Claim up to ``limit`` due jobs of ``queue`` of ``kinds`` under ``lease``."""
-        rows = self._query(self._q.job_claim, (queue, kinds, limit, instance_id, lease, worker_id))
+        rows = self._query(
+            self._q.job_claim, (queue, claim_kinds(kinds), limit, instance_id, lease, worker_id)
+        )
         return claim_decode(rows, lease, queue)
 
     def job_finish_many(self, batch: Sequence[tuple[ClaimedJob, Outcome]]) -> set[int]:
