@@ -35,7 +35,7 @@ from pgqueue_adapters.sqlalchemy import (
     sync_from_native,
     sync_wrap_transaction,
 )
-from pgqueue_adapters.sqlalchemy._async import _dedicated_dsn
+from pgqueue_adapters.sqlalchemy._async import _SIDE
 from pgqueue_adapters.sqlalchemy._placeholders import bind_params
 
 pytestmark = pytest.mark.timeout(60)
@@ -130,7 +130,7 @@ def test_dedicated_dsn_keeps_the_password_and_drops_sqlalchemy_options() -> None
     engine = create_async_engine(  # never connects
         "postgresql+asyncpg://u:p%40ss@h:5433/d?prepared_statement_cache_size=0&application_name=x"
     )
-    dsn = _dedicated_dsn(engine.dialect, engine.url)
+    dsn = _SIDE.dedicated_dsn(engine.dialect, engine.url)
     assert dsn == "postgresql://u:p%40ss@h:5433/d?application_name=x"
 
 

@@ -4,25 +4,29 @@ Written once, for asyncio, in pgqueue_adapters/sqlalchemy/_async.py; the sync ad
 ``Engine``, ``Connection`` or ``Session``) in pgqueue_adapters/sqlalchemy/_sync.py is generated
 from it.
 
-Statements go through ``exec_driver_sql``: pgqueue's ``$1, $2, ...`` placeholders are rewritten
-into the DBAPI paramstyle of the engine's dialect, so they reach the database library as they
-would without SQLAlchemy. Listeners, advisory locks and ``COPY`` need a library-level session,
-so they are supported on the ``psycopg`` dialect (and, asyncio only, ``asyncpg``): each
-listener or lock opens a dedicated connection with that library, from the engine's URL.
+A single statement on an engine on the ``psycopg`` or ``asyncpg`` dialect runs on the library's
+connection under a pooled one, with that library's pgqueue adapter (see _native.py: twice as
+fast). The others (in a transaction, on a caller's connection or session, on another dialect,
+or on an engine with event listeners) go through ``exec_driver_sql``: pgqueue's ``$1, $2, ...``
+placeholders are rewritten into the DBAPI paramstyle of the engine's dialect, so they reach the
+database library as they would without SQLAlchemy. Listeners, advisory locks and ``COPY``
+need a library-level session, so they are supported on the ``psycopg`` dialect (and, asyncio
+only, ``asyncpg``): each listener or lock opens a dedicated connection with that library, from
+the engine's URL.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager, suppress
-from typing import Any
+from typing import Any, Protocol
 
 import sqlalchemy.ext.asyncio as sa  # sync: import sqlalchemy as sa
-from sqlalchemy import URL
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncSession  # sync: from sqlalchemy.orm import Session
-from sqlalchemy.pool import PoolProxiedConnection
+from sqlalchemy.pool import PoolProxiedConnection, QueuePool
+from sqlalchemy.util import greenlet_spawn  # async-only
 
 from pgqueue.driver import (
     AsyncAdvisoryLock,
@@ -34,9 +38,11 @@ from pgqueue.driver import (
 )
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError, DriverNotInstalled
 
+from .._hot import HotConnection
 from ._errors import DB_ERRORS, translate_error
+from ._native import AUTOCOMMIT_REFUSAL, native_idle, watched
 from ._placeholders import bind_params
-from ._shared import describe, engine_url, library_dsn, unscope
+from ._shared import Side, describe, engine_url, unscope
 
 __all__ = [
     "AsyncSQLAlchemyDriver",
@@ -46,90 +52,69 @@ __all__ = [
     "async_wrap_transaction",
 ]
 
-# Which side this module is: objects of the other side get a message naming the right client.
-_IS_ASYNC_SIDE = True  # sync: _IS_ASYNC_SIDE = False
-_OTHER_SIDE = "use pgqueue.Client with it"  # sync: _OTHER_SIDE = "use pgqueue.AsyncClient with it"
-# The dialects whose library can open the dedicated sessions of listeners and advisory locks.
-_DEDICATED_DRIVERS = ("psycopg", "asyncpg")  # sync: _DEDICATED_DRIVERS = ("psycopg",)
-_DEDICATED_HINT = "postgresql+psycopg:// or postgresql+asyncpg://"  # sync: _DEDICATED_HINT = "postgresql+psycopg://"
+# This module's side: objects of the other side are refused with a message naming the right
+# client; the libraries that can open dedicated sessions (listeners, advisory locks) and COPY.
+_SIDE = Side(True, ("psycopg", "asyncpg"))  # sync: _SIDE = Side(False, ("psycopg",))
 
 
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def _refuse_other_side(obj: object) -> None:
-    """Raise if ``obj`` is a SQLAlchemy object of the other (sync or asyncio) side."""
-    module = type(obj).__module__ or ""
-    if not module.startswith("sqlalchemy"):
-        return
-    is_async = module.startswith("sqlalchemy.ext.asyncio")
-    if is_async != _IS_ASYNC_SIDE:
-        flavour = "an asyncio" if is_async else "a sync"
-        raise ConfigurationError(
-            f"{type(obj).__qualname__} is {flavour} SQLAlchemy object: {_OTHER_SIDE}"
-        )
+class _NativeRun(Protocol):
+    """How a statement runs on the library's own connection (the fast path: see _native.py)."""
+
+    async def __call__(self, native: Any, sql: str, params: Params, fetch: bool, /) -> list[Row]:
+        """Run ``sql`` on ``native``; return its rows if ``fetch``."""
+        ...
 
 
-def _check_dialect(dialect: Dialect) -> None:
-    if dialect.name != "postgresql":
-        raise ConfigurationError(
-            f"pgqueue needs PostgreSQL, but the SQLAlchemy engine's dialect is {dialect.name!r}"
-        )
-    if dialect.is_async != _IS_ASYNC_SIDE:
-        raise ConfigurationError(
-            f"the engine's {dialect.driver} dialect is "
-            f"{'asyncio' if dialect.is_async else 'sync'}: {_OTHER_SIDE}"
-        )
+def _native_runner(dialect: Dialect) -> _NativeRun | None:
+    """Return the psycopg or asyncpg adapter's ``run`` for the dialect's library, or ``None``."""
+    # async-only: begin
+    if dialect.driver == "asyncpg":
+        from pgqueue_adapters.asyncpg import run
+
+        return run
+    # async-only: end
+    if dialect.driver != "psycopg":
+        return None
+    from ..psycopg._async_library import (  # sync: from ..psycopg._sync_library import (
+        async_run,
+    )
+
+    return async_run
 
 
-def _require_library(dialect: Dialect) -> None:
-    """Raise unless pgqueue can use the dialect's library directly (dedicated sessions, COPY)."""
-    if dialect.driver not in _DEDICATED_DRIVERS:
-        raise ConfigurationError(
-            f"listeners, advisory locks and COPY need an engine on {_DEDICATED_HINT}; "
-            f"this one uses {dialect.name}+{dialect.driver}"
-        )
+async def _autocommit(native: Any, on: bool) -> None:
+    """Switch a psycopg connection's autocommit (no round trip; asyncpg's needs no switch)."""
+    switch = getattr(native, "set_autocommit", None)
+    if switch is not None:
+        await switch(on)
 
 
-def _dedicated_dsn(dialect: Dialect, url: URL) -> str:
-    """Return the plain ``postgresql://`` URL that a dedicated session connects to."""
-    _require_library(dialect)
-    return library_dsn(url)
+async def _give_back(pooled: PoolProxiedConnection, ran: bool = True) -> None:
+    """Return a connection of the fast path to its pool as it came, or discard it if it broke.
 
-
-# async-only: begin
-def _is_script(sql: str) -> bool:
-    """Return True if ``sql`` may hold several statements (a ``;`` with text after it)."""
-    return ";" in sql.rstrip().rstrip(";")
-
-
-async def _asyncpg_script(conn: sa.AsyncConnection, sql: str) -> None:
-    """Run a parameterless script of several statements in ``conn``'s transaction.
-
-    SQLAlchemy's asyncpg dialect prepares every statement, and a prepared statement holds one
-    command; asyncpg's own ``execute()`` without arguments uses the simple query protocol,
-    which takes a script (a migration file).
+    ``ran``: pgqueue switched it to autocommit and ran statements on it; then one that broke,
+    or that a statement left inside a transaction, is invalidated (the pool opens a new one),
+    as SQLAlchemy does with a connection it lost.
     """
-    from pgqueue_adapters.asyncpg import run
-
-    try:
-        raw: Any = (await _pool_connection(conn)).driver_connection
-        if not raw.is_in_transaction():
-            # Have SQLAlchemy's adapter send its BEGIN, so that the script runs inside it.
-            await conn.exec_driver_sql(";")
-    except DB_ERRORS as exc:
-        raise translate_error(exc) from exc
-    await run(raw, sql, (), False)
-
-
-# async-only: end
+    native = pooled.driver_connection
+    if ran and native_idle(native):
+        await _autocommit(native, False)
+    elif ran:
+        await greenlet_spawn(pooled.invalidate)  # sync: pooled.invalidate()
+    await greenlet_spawn(pooled.close)  # sync: pooled.close()
 
 
 async def _run(conn: sa.AsyncConnection, sql: str, params: Params, fetch: bool) -> list[Row]:
     # async-only: begin
-    if not params and conn.dialect.driver == "asyncpg" and _is_script(sql):
-        await _asyncpg_script(conn, sql)
-        return []
+    if not params and conn.dialect.driver == "asyncpg":
+        from ._native import asyncpg_script, is_script
+
+        if is_script(sql):
+            await asyncpg_script(conn, sql)
+            return []
     # async-only: end
     statement, bound = bind_params(sql, params, conn.dialect.paramstyle)
     try:
@@ -148,21 +133,25 @@ async def _run(conn: sa.AsyncConnection, sql: str, params: Params, fetch: bool) 
 class AsyncSQLAlchemyDriver:
     """``AsyncDriver`` over SQLAlchemy 2: an ``AsyncEngine``, or one ``AsyncConnection`` (locked).
 
-    Every statement outside ``with_tx`` runs in its own transaction and commits. Listeners and
-    advisory locks always get a dedicated connection of the dialect's library (psycopg or
-    asyncpg), opened from the engine's URL: connection arguments given to the engine in other
-    ways (``connect_args``, ``do_connect`` events) do not reach it. ``close()`` disposes of the
-    engine only if the driver owns it (see :func:`async_connect`).
+    Every statement outside ``with_tx`` runs in its own transaction and commits (on an engine,
+    in autocommit: one round trip, see _native.py; a driver that owns its engine keeps one
+    connection out of the pool between such statements, see pgqueue_adapters/_hot.py).
+    Listeners and advisory locks always get a dedicated connection of the dialect's library
+    (psycopg or asyncpg), opened from the engine's URL: connection arguments given to the
+    engine in other ways (``connect_args``, ``do_connect`` events) do not reach it. ``close()``
+    disposes of the engine only if the driver owns it (see :func:`async_connect`).
     """
 
     def __init__(
         self, source: sa.AsyncEngine | sa.AsyncConnection, *, owns_source: bool = False
     ) -> None:
-        _refuse_other_side(source)
+        _SIDE.refuse_other_side(source)
         self._engine: sa.AsyncEngine | None = None
         self._conn: sa.AsyncConnection | None = None
+        self._native_run: _NativeRun | None = None
         if isinstance(source, sa.AsyncEngine):
             self._engine = source
+            self._native_run = _native_runner(source.dialect)
         elif isinstance(source, sa.AsyncConnection):
             self._conn = source
         else:
@@ -172,16 +161,26 @@ class AsyncSQLAlchemyDriver:
             )
         self._dialect = source.dialect
         self._url = source.engine.url
-        _check_dialect(self._dialect)
+        _SIDE.check_dialect(self._dialect)
         self._owns_source = owns_source
         self._lock = AsyncLock()
+        # Our own engine's single statements keep a connection out of its pool between them
+        # (pgqueue_adapters/_hot.py), if the pool has room for more.
+        pool = source.engine.pool
+        self._hot = HotConnection(
+            owns_source
+            and self._engine is not None
+            and isinstance(pool, QueuePool)
+            and pool.size() >= 2
+        )
 
     @asynccontextmanager
     async def _idle_connection(self) -> AsyncIterator[sa.AsyncConnection]:
         """Yield a connection with no transaction: from the engine, or ours under the lock."""
         if self._engine is not None:
             try:
-                conn = await self._engine.connect()
+                with self._hot.waiting():
+                    conn = await self._engine.connect()
             except DB_ERRORS as exc:
                 raise translate_error(exc) from exc
             try:
@@ -226,11 +225,66 @@ class AsyncSQLAlchemyDriver:
             except DB_ERRORS as exc:
                 raise translate_error(exc) from exc
 
+    async def _native_checkout(
+        self, engine: sa.AsyncEngine
+    ) -> tuple[PoolProxiedConnection, float] | None:
+        """Return a connection in autocommit for the fast path, and when it left the pool.
+
+        The connection kept from the last statement (_hot.py), else one from the pool; ``None``
+        when the pool's is inside a transaction (a pool that does not reset on return): the
+        ``Connection`` path ends that.
+        """
+        hot = self._hot.take()
+        if hot is not None:
+            return hot
+        try:
+            with self._hot.waiting():
+                pooled = await engine.raw_connection()
+        except DB_ERRORS as exc:
+            raise translate_error(exc) from exc
+        autocommit = getattr(pooled.dbapi_connection, "autocommit", False) is True
+        if autocommit or not native_idle(pooled.driver_connection):
+            await _give_back(pooled, ran=False)
+            if autocommit:  # the engine's own setting: see with_tx
+                raise ConfigurationError(AUTOCOMMIT_REFUSAL)
+            return None
+        try:
+            await _autocommit(pooled.driver_connection, True)
+        except BaseException:
+            await _give_back(pooled)
+            raise
+        return pooled, self._hot.now()
+
+    async def _native_statement(
+        self, engine: sa.AsyncEngine, run: _NativeRun, sql: str, params: Params, fetch: bool
+    ) -> list[Row] | None:
+        """Run one statement on the library's connection under a pooled one (see _native.py).
+
+        ``None`` if it could not (see ``_native_checkout``). The connection stays in autocommit
+        while it is kept, and goes back to the pool as it came.
+        """
+        checked_out = await self._native_checkout(engine)
+        if checked_out is None:
+            return None
+        pooled, since = checked_out
+        try:
+            rows = await run(pooled.driver_connection, sql, params, fetch)
+        except BaseException:
+            await _give_back(pooled)
+            raise
+        if not (native_idle(pooled.driver_connection) and self._hot.keep(pooled, since)):
+            await _give_back(pooled)
+        return rows
+
     async def _statement(self, sql: str, params: Params, fetch: bool) -> list[Row]:
         if self._engine is None:
             # a caller's connection: its isolation level is not ours to change
             async with self._transaction() as conn:
                 return await _run(conn, sql, params, fetch)
+        if self._native_run is not None and not watched(self._engine):
+            rows = await self._native_statement(self._engine, self._native_run, sql, params, fetch)
+            if rows is not None:
+                return rows
         async with self._idle_connection() as conn:
             # One statement commits on its own (AUTOCOMMIT, reset when the connection goes back
             # to the pool), as on the other drivers' pools: one round trip instead of three,
@@ -259,7 +313,7 @@ class AsyncSQLAlchemyDriver:
 
     async def listener(self, channel: str) -> AsyncListener:
         """Open a dedicated connection that LISTENs on ``channel``."""
-        dsn = _dedicated_dsn(self._dialect, self._url)
+        dsn = _SIDE.dedicated_dsn(self._dialect, self._url)
         # async-only: begin
         if self._dialect.driver == "asyncpg":
             from pgqueue_adapters.asyncpg import AsyncpgListener, open_session
@@ -277,7 +331,7 @@ class AsyncSQLAlchemyDriver:
 
         ``idle_timeout``: see ``AsyncDriver.try_advisory_lock``.
         """
-        dsn = _dedicated_dsn(self._dialect, self._url)
+        dsn = _SIDE.dedicated_dsn(self._dialect, self._url)
         # async-only: begin
         if self._dialect.driver == "asyncpg":
             from pgqueue_adapters.asyncpg import AsyncpgAdvisoryLock, open_session
@@ -301,7 +355,7 @@ class AsyncSQLAlchemyDriver:
         Runs on the database library's own connection beneath SQLAlchemy's, which needs one
         of the dialects whose library pgqueue knows (see the module docstring).
         """
-        _require_library(self._dialect)
+        _SIDE.require_library(self._dialect)
         async with self._transaction() as conn:
             try:
                 raw: Any = (await _pool_connection(conn)).driver_connection
@@ -322,6 +376,9 @@ class AsyncSQLAlchemyDriver:
         if not self._owns_source:
             return
         if self._engine is not None:
+            kept = self._hot.close()
+            if kept is not None:
+                await _give_back(kept)
             await self._engine.dispose()
         elif self._conn is not None:
             await self._conn.close()
@@ -351,10 +408,7 @@ async def _refuse_autocommit(conn: sa.AsyncConnection) -> None:
     """Raise if ``conn`` runs in AUTOCOMMIT isolation, where transactions do not hold."""
     raw = await _pool_connection(conn)
     if getattr(raw.dbapi_connection, "autocommit", False) is True:
-        raise ConfigurationError(
-            "the SQLAlchemy engine or connection runs with isolation_level='AUTOCOMMIT': "
-            "pgqueue needs real transactions, give it one without that setting"
-        )
+        raise ConfigurationError(AUTOCOMMIT_REFUSAL)
 
 
 class AsyncSQLAlchemyTxDriver(AsyncTxDriverBase):
@@ -369,7 +423,7 @@ class AsyncSQLAlchemyTxDriver(AsyncTxDriverBase):
         source: sa.AsyncConnection | AsyncSession,
         parent: AsyncSQLAlchemyDriver | None = None,
     ) -> None:
-        _refuse_other_side(source)
+        _SIDE.refuse_other_side(source)
         if not isinstance(source, sa.AsyncConnection | AsyncSession):
             raise ConfigurationError(
                 "AsyncSQLAlchemyTxDriver needs a SQLAlchemy AsyncConnection or AsyncSession, "
@@ -472,7 +526,7 @@ def async_from_native(obj: object) -> AsyncSQLAlchemyDriver:
     connection it is bound to. The driver never disposes of or closes what it was given.
     """
     obj = unscope(obj)
-    _refuse_other_side(obj)
+    _SIDE.refuse_other_side(obj)
     if isinstance(obj, AsyncSession):
         bind = obj.bind
         if not isinstance(bind, sa.AsyncEngine | sa.AsyncConnection):
@@ -495,7 +549,7 @@ def async_wrap_transaction(obj: object) -> AsyncSQLAlchemyTxDriver:
     session stands for its current session.
     """
     obj = unscope(obj)
-    _refuse_other_side(obj)
+    _SIDE.refuse_other_side(obj)
     if isinstance(obj, sa.AsyncConnection | AsyncSession):
         return AsyncSQLAlchemyTxDriver(obj)
     raise ConfigurationError(

@@ -6,25 +6,28 @@ Written once, for asyncio, in pgqueue_adapters/sqlalchemy/_async.py; the sync ad
 ``Engine``, ``Connection`` or ``Session``) in pgqueue_adapters/sqlalchemy/_sync.py is generated
 from it.
 
-Statements go through ``exec_driver_sql``: pgqueue's ``$1, $2, ...`` placeholders are rewritten
-into the DBAPI paramstyle of the engine's dialect, so they reach the database library as they
-would without SQLAlchemy. Listeners, advisory locks and ``COPY`` need a library-level session,
-so they are supported on the ``psycopg`` dialect (and, asyncio only, ``asyncpg``): each
-listener or lock opens a dedicated connection with that library, from the engine's URL.
+A single statement on an engine on the ``psycopg`` or ``asyncpg`` dialect runs on the library's
+connection under a pooled one, with that library's pgqueue adapter (see _native.py: twice as
+fast). The others (in a transaction, on a caller's connection or session, on another dialect,
+or on an engine with event listeners) go through ``exec_driver_sql``: pgqueue's ``$1, $2, ...``
+placeholders are rewritten into the DBAPI paramstyle of the engine's dialect, so they reach the
+database library as they would without SQLAlchemy. Listeners, advisory locks and ``COPY``
+need a library-level session, so they are supported on the ``psycopg`` dialect (and, asyncio
+only, ``asyncpg``): each listener or lock opens a dedicated connection with that library, from
+the engine's URL.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Iterable, Sequence
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
-from sqlalchemy import URL
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
-from sqlalchemy.pool import PoolProxiedConnection
+from sqlalchemy.pool import PoolProxiedConnection, QueuePool
 
 from pgqueue.driver import (
     AdvisoryLock,
@@ -36,9 +39,11 @@ from pgqueue.driver import (
 )
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError, DriverNotInstalled
 
+from .._hot import HotConnection
 from ._errors import DB_ERRORS, translate_error
+from ._native import AUTOCOMMIT_REFUSAL, native_idle, watched
 from ._placeholders import bind_params
-from ._shared import describe, engine_url, library_dsn, unscope
+from ._shared import Side, describe, engine_url, unscope
 
 __all__ = [
     "SQLAlchemyDriver",
@@ -48,55 +53,53 @@ __all__ = [
     "sync_wrap_transaction",
 ]
 
-# Which side this module is: objects of the other side get a message naming the right client.
-_IS_ASYNC_SIDE = False
-_OTHER_SIDE = "use pgqueue.AsyncClient with it"
-# The dialects whose library can open the dedicated sessions of listeners and advisory locks.
-_DEDICATED_DRIVERS = ("psycopg",)
-_DEDICATED_HINT = "postgresql+psycopg://"
+# This module's side: objects of the other side are refused with a message naming the right
+# client; the libraries that can open dedicated sessions (listeners, advisory locks) and COPY.
+_SIDE = Side(False, ("psycopg",))
 
 
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def _refuse_other_side(obj: object) -> None:
-    """Raise if ``obj`` is a SQLAlchemy object of the other (sync or asyncio) side."""
-    module = type(obj).__module__ or ""
-    if not module.startswith("sqlalchemy"):
-        return
-    is_async = module.startswith("sqlalchemy.ext.asyncio")
-    if is_async != _IS_ASYNC_SIDE:
-        flavour = "an asyncio" if is_async else "a sync"
-        raise ConfigurationError(
-            f"{type(obj).__qualname__} is {flavour} SQLAlchemy object: {_OTHER_SIDE}"
-        )
+class _NativeRun(Protocol):
+    """How a statement runs on the library's own connection (the fast path: see _native.py)."""
+
+    def __call__(self, native: Any, sql: str, params: Params, fetch: bool, /) -> list[Row]:
+        """Run ``sql`` on ``native``; return its rows if ``fetch``."""
+        ...
 
 
-def _check_dialect(dialect: Dialect) -> None:
-    if dialect.name != "postgresql":
-        raise ConfigurationError(
-            f"pgqueue needs PostgreSQL, but the SQLAlchemy engine's dialect is {dialect.name!r}"
-        )
-    if dialect.is_async != _IS_ASYNC_SIDE:
-        raise ConfigurationError(
-            f"the engine's {dialect.driver} dialect is "
-            f"{'asyncio' if dialect.is_async else 'sync'}: {_OTHER_SIDE}"
-        )
+def _native_runner(dialect: Dialect) -> _NativeRun | None:
+    """Return the psycopg or asyncpg adapter's ``run`` for the dialect's library, or ``None``."""
+    if dialect.driver != "psycopg":
+        return None
+    from ..psycopg._sync_library import (
+        sync_run,
+    )
+
+    return sync_run
 
 
-def _require_library(dialect: Dialect) -> None:
-    """Raise unless pgqueue can use the dialect's library directly (dedicated sessions, COPY)."""
-    if dialect.driver not in _DEDICATED_DRIVERS:
-        raise ConfigurationError(
-            f"listeners, advisory locks and COPY need an engine on {_DEDICATED_HINT}; "
-            f"this one uses {dialect.name}+{dialect.driver}"
-        )
+def _autocommit(native: Any, on: bool) -> None:
+    """Switch a psycopg connection's autocommit (no round trip; asyncpg's needs no switch)."""
+    switch = getattr(native, "set_autocommit", None)
+    if switch is not None:
+        switch(on)
 
 
-def _dedicated_dsn(dialect: Dialect, url: URL) -> str:
-    """Return the plain ``postgresql://`` URL that a dedicated session connects to."""
-    _require_library(dialect)
-    return library_dsn(url)
+def _give_back(pooled: PoolProxiedConnection, ran: bool = True) -> None:
+    """Return a connection of the fast path to its pool as it came, or discard it if it broke.
+
+    ``ran``: pgqueue switched it to autocommit and ran statements on it; then one that broke,
+    or that a statement left inside a transaction, is invalidated (the pool opens a new one),
+    as SQLAlchemy does with a connection it lost.
+    """
+    native = pooled.driver_connection
+    if ran and native_idle(native):
+        _autocommit(native, False)
+    elif ran:
+        pooled.invalidate()
+    pooled.close()
 
 
 def _run(conn: sa.Connection, sql: str, params: Params, fetch: bool) -> list[Row]:
@@ -117,19 +120,23 @@ def _run(conn: sa.Connection, sql: str, params: Params, fetch: bool) -> list[Row
 class SQLAlchemyDriver:
     """``Driver`` over SQLAlchemy 2: an ``Engine``, or one ``Connection`` (locked).
 
-    Every statement outside ``with_tx`` runs in its own transaction and commits. Listeners and
-    advisory locks always get a dedicated connection of the dialect's library (psycopg or
-    asyncpg), opened from the engine's URL: connection arguments given to the engine in other
-    ways (``connect_args``, ``do_connect`` events) do not reach it. ``close()`` disposes of the
-    engine only if the driver owns it (see :func:`sync_connect`).
+    Every statement outside ``with_tx`` runs in its own transaction and commits (on an engine,
+    in autocommit: one round trip, see _native.py; a driver that owns its engine keeps one
+    connection out of the pool between such statements, see pgqueue_adapters/_hot.py).
+    Listeners and advisory locks always get a dedicated connection of the dialect's library
+    (psycopg or asyncpg), opened from the engine's URL: connection arguments given to the
+    engine in other ways (``connect_args``, ``do_connect`` events) do not reach it. ``close()``
+    disposes of the engine only if the driver owns it (see :func:`sync_connect`).
     """
 
     def __init__(self, source: sa.Engine | sa.Connection, *, owns_source: bool = False) -> None:
-        _refuse_other_side(source)
+        _SIDE.refuse_other_side(source)
         self._engine: sa.Engine | None = None
         self._conn: sa.Connection | None = None
+        self._native_run: _NativeRun | None = None
         if isinstance(source, sa.Engine):
             self._engine = source
+            self._native_run = _native_runner(source.dialect)
         elif isinstance(source, sa.Connection):
             self._conn = source
         else:
@@ -138,16 +145,26 @@ class SQLAlchemyDriver:
             )
         self._dialect = source.dialect
         self._url = source.engine.url
-        _check_dialect(self._dialect)
+        _SIDE.check_dialect(self._dialect)
         self._owns_source = owns_source
         self._lock = Lock()
+        # Our own engine's single statements keep a connection out of its pool between them
+        # (pgqueue_adapters/_hot.py), if the pool has room for more.
+        pool = source.engine.pool
+        self._hot = HotConnection(
+            owns_source
+            and self._engine is not None
+            and isinstance(pool, QueuePool)
+            and pool.size() >= 2
+        )
 
     @contextmanager
     def _idle_connection(self) -> Iterator[sa.Connection]:
         """Yield a connection with no transaction: from the engine, or ours under the lock."""
         if self._engine is not None:
             try:
-                conn = self._engine.connect()
+                with self._hot.waiting():
+                    conn = self._engine.connect()
             except DB_ERRORS as exc:
                 raise translate_error(exc) from exc
             try:
@@ -192,11 +209,64 @@ class SQLAlchemyDriver:
             except DB_ERRORS as exc:
                 raise translate_error(exc) from exc
 
+    def _native_checkout(self, engine: sa.Engine) -> tuple[PoolProxiedConnection, float] | None:
+        """Return a connection in autocommit for the fast path, and when it left the pool.
+
+        The connection kept from the last statement (_hot.py), else one from the pool; ``None``
+        when the pool's is inside a transaction (a pool that does not reset on return): the
+        ``Connection`` path ends that.
+        """
+        hot = self._hot.take()
+        if hot is not None:
+            return hot
+        try:
+            with self._hot.waiting():
+                pooled = engine.raw_connection()
+        except DB_ERRORS as exc:
+            raise translate_error(exc) from exc
+        autocommit = getattr(pooled.dbapi_connection, "autocommit", False) is True
+        if autocommit or not native_idle(pooled.driver_connection):
+            _give_back(pooled, ran=False)
+            if autocommit:  # the engine's own setting: see with_tx
+                raise ConfigurationError(AUTOCOMMIT_REFUSAL)
+            return None
+        try:
+            _autocommit(pooled.driver_connection, True)
+        except BaseException:
+            _give_back(pooled)
+            raise
+        return pooled, self._hot.now()
+
+    def _native_statement(
+        self, engine: sa.Engine, run: _NativeRun, sql: str, params: Params, fetch: bool
+    ) -> list[Row] | None:
+        """Run one statement on the library's connection under a pooled one (see _native.py).
+
+        ``None`` if it could not (see ``_native_checkout``). The connection stays in autocommit
+        while it is kept, and goes back to the pool as it came.
+        """
+        checked_out = self._native_checkout(engine)
+        if checked_out is None:
+            return None
+        pooled, since = checked_out
+        try:
+            rows = run(pooled.driver_connection, sql, params, fetch)
+        except BaseException:
+            _give_back(pooled)
+            raise
+        if not (native_idle(pooled.driver_connection) and self._hot.keep(pooled, since)):
+            _give_back(pooled)
+        return rows
+
     def _statement(self, sql: str, params: Params, fetch: bool) -> list[Row]:
         if self._engine is None:
             # a caller's connection: its isolation level is not ours to change
             with self._transaction() as conn:
                 return _run(conn, sql, params, fetch)
+        if self._native_run is not None and not watched(self._engine):
+            rows = self._native_statement(self._engine, self._native_run, sql, params, fetch)
+            if rows is not None:
+                return rows
         with self._idle_connection() as conn:
             # One statement commits on its own (AUTOCOMMIT, reset when the connection goes back
             # to the pool), as on the other drivers' pools: one round trip instead of three,
@@ -225,7 +295,7 @@ class SQLAlchemyDriver:
 
     def listener(self, channel: str) -> Listener:
         """Open a dedicated connection that LISTENs on ``channel``."""
-        dsn = _dedicated_dsn(self._dialect, self._url)
+        dsn = _SIDE.dedicated_dsn(self._dialect, self._url)
         from pgqueue_adapters.psycopg import PsycopgListener, sync_open_session
 
         return PsycopgListener.start(sync_open_session(dsn), channel)
@@ -235,7 +305,7 @@ class SQLAlchemyDriver:
 
         ``idle_timeout``: see ``Driver.try_advisory_lock``.
         """
-        dsn = _dedicated_dsn(self._dialect, self._url)
+        dsn = _SIDE.dedicated_dsn(self._dialect, self._url)
         from pgqueue_adapters.psycopg import PsycopgAdvisoryLock, sync_open_session
 
         session = sync_open_session(dsn)
@@ -253,7 +323,7 @@ class SQLAlchemyDriver:
         Runs on the database library's own connection beneath SQLAlchemy's, which needs one
         of the dialects whose library pgqueue knows (see the module docstring).
         """
-        _require_library(self._dialect)
+        _SIDE.require_library(self._dialect)
         with self._transaction() as conn:
             try:
                 raw: Any = _pool_connection(conn).driver_connection
@@ -268,6 +338,9 @@ class SQLAlchemyDriver:
         if not self._owns_source:
             return
         if self._engine is not None:
+            kept = self._hot.close()
+            if kept is not None:
+                _give_back(kept)
             self._engine.dispose()
         elif self._conn is not None:
             self._conn.close()
@@ -297,10 +370,7 @@ def _refuse_autocommit(conn: sa.Connection) -> None:
     """Raise if ``conn`` runs in AUTOCOMMIT isolation, where transactions do not hold."""
     raw = _pool_connection(conn)
     if getattr(raw.dbapi_connection, "autocommit", False) is True:
-        raise ConfigurationError(
-            "the SQLAlchemy engine or connection runs with isolation_level='AUTOCOMMIT': "
-            "pgqueue needs real transactions, give it one without that setting"
-        )
+        raise ConfigurationError(AUTOCOMMIT_REFUSAL)
 
 
 class SQLAlchemyTxDriver(TxDriverBase):
@@ -315,7 +385,7 @@ class SQLAlchemyTxDriver(TxDriverBase):
         source: sa.Connection | Session,
         parent: SQLAlchemyDriver | None = None,
     ) -> None:
-        _refuse_other_side(source)
+        _SIDE.refuse_other_side(source)
         if not isinstance(source, sa.Connection | Session):
             raise ConfigurationError(
                 "SQLAlchemyTxDriver needs a SQLAlchemy Connection or Session, "
@@ -418,7 +488,7 @@ def sync_from_native(obj: object) -> SQLAlchemyDriver:
     connection it is bound to. The driver never disposes of or closes what it was given.
     """
     obj = unscope(obj)
-    _refuse_other_side(obj)
+    _SIDE.refuse_other_side(obj)
     if isinstance(obj, Session):
         bind = obj.bind
         if not isinstance(bind, sa.Engine | sa.Connection):
@@ -440,7 +510,7 @@ def sync_wrap_transaction(obj: object) -> SQLAlchemyTxDriver:
     session stands for its current session.
     """
     obj = unscope(obj)
-    _refuse_other_side(obj)
+    _SIDE.refuse_other_side(obj)
     if isinstance(obj, sa.Connection | Session):
         return SQLAlchemyTxDriver(obj)
     raise ConfigurationError(
