@@ -31,6 +31,8 @@ def main() -> None:
             "install",
             "enqueue-single",
             "enqueue-bulk",
+            "enqueue-batches",
+            "enqueue-concurrent",
             "enqueue-spaced",
             "fill-finished",
             "remaining",
@@ -42,6 +44,14 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=0)
     parser.add_argument("--spacing", type=float, default=0.02)
     parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument("--batch", type=int, default=1000, help="jobs per enqueue-batches call")
+    parser.add_argument("--producers", type=int, default=10, help="enqueue-concurrent producers")
+    parser.add_argument(
+        "--until-empty",
+        action="store_true",
+        help="worker: run until no job is left (subjects with ends_when_empty), print "
+        "'empty <time>', then wait for SIGTERM as usual",
+    )
     parser.add_argument("--out")
     parser.add_argument("--sample-rss", type=float, default=0.0, help="seconds between samples")
     parser.add_argument(
@@ -61,6 +71,10 @@ def main() -> None:
         result["seconds"] = subject.enqueue_single(args.start, args.n)
     elif args.action == "enqueue-bulk":
         result["seconds"] = subject.enqueue_bulk(args.start, args.n)
+    elif args.action == "enqueue-batches":
+        result["seconds"] = subject.enqueue_batches(args.start, args.n, args.batch)
+    elif args.action == "enqueue-concurrent":
+        result["seconds"] = subject.enqueue_concurrent(args.start, args.n, args.producers)
     elif args.action == "enqueue-spaced":
         result["commits"] = subject.enqueue_spaced(args.start, args.n, args.spacing)
     elif args.action == "fill-finished":
@@ -105,7 +119,18 @@ def run_worker(subject, args) -> None:  # type: ignore[no-untyped-def]
         threading.Thread(target=sample, daemon=True).start()
     # Tell the harness we are up (imports done), then work until told to stop.
     print("ready", flush=True)
-    subject.run_worker(args.concurrency, count if args.compact else record, stop)
+
+    def emptied() -> None:
+        # the drain's end, told before the worker closes its connections (so that the harness
+        # reads the CPU of their PostgreSQL backends while they still exist)
+        print(f"empty {time.time()!r}", flush=True)
+
+    subject.run_worker(
+        args.concurrency,
+        count if args.compact else record,
+        stop,
+        emptied=emptied if args.until_empty else None,
+    )
     with open(args.out, "w") as f:
         json.dump({"records": records, "rss": rss, "counts": counts.hex(), "first": first[:1]}, f)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import threading
 import time
 from collections.abc import Callable
@@ -11,7 +13,7 @@ from typing import Any
 
 import pgqueue
 
-from .base import Subject
+from .base import Subject, split_producers
 
 # The running worker's record callback; module-level so that job instances, built fresh for
 # every job from the payload, can reach it.
@@ -49,6 +51,13 @@ MODES: dict[str, tuple[str, str, bool]] = {
 }
 
 
+#: ``client.run(queues, until_empty=True)`` (issue 19): the worker returns once no job is due
+#: and none runs, outcomes written, so the harness takes a drain's end from the worker.
+UNTIL_EMPTY = "until_empty" in inspect.signature(pgqueue.AsyncClient.run).parameters and (
+    "until_empty" in inspect.signature(pgqueue.Client.run).parameters
+)
+
+
 def _url(dsn: str, scheme: str) -> str:
     return scheme + dsn[dsn.index("://") :]
 
@@ -57,6 +66,7 @@ class PgQueueSubject(Subject):
     """pgqueue through one driver mode (see MODES)."""
 
     remaining_sql = "SELECT count(*) FROM pgqueue_jobs WHERE status IN ('pending', 'processing')"
+    ends_when_empty = UNTIL_EMPTY
 
     def __init__(self, dsn: str, mode: str, *, variant: str = "") -> None:
         super().__init__(dsn)
@@ -123,17 +133,72 @@ class PgQueueSubject(Subject):
         return _run_async(run())
 
     def enqueue_bulk(self, start: int, n: int) -> float:
+        return self.enqueue_batches(start, n, n)
+
+    def enqueue_batches(self, start: int, n: int, batch: int) -> float:
         if not self.is_async:
             with self._sync_client() as client:
                 t0 = time.perf_counter()
-                client.add_jobs([NoopSync(i=i) for i in range(start, start + n)])
+                for lo in range(start, start + n, batch):
+                    hi = min(lo + batch, start + n)
+                    client.add_jobs([NoopSync(i=i) for i in range(lo, hi)])
                 return time.perf_counter() - t0
 
         async def run() -> float:
             async with await self._async_client() as client:
                 t0 = time.perf_counter()
-                await client.add_jobs([NoopAsync(i=i) for i in range(start, start + n)])
+                for lo in range(start, start + n, batch):
+                    hi = min(lo + batch, start + n)
+                    await client.add_jobs([NoopAsync(i=i) for i in range(lo, hi)])
                 return time.perf_counter() - t0
+
+        return _run_async(run())
+
+    def enqueue_concurrent(self, start: int, n: int, producers: int) -> float:
+        """Threads sharing one ``Client`` (sync modes) or asyncio tasks sharing one
+        ``AsyncClient`` (async modes); the client's pool as it ships (up to 10 connections)."""
+        warm, lanes = split_producers(start, n, producers)
+        timed = max(n - len(warm), 1)
+        if not self.is_async:
+            with self._sync_client() as client:
+                go = threading.Barrier(producers + 1)
+                errors: list[BaseException] = []
+
+                def produce(k: int) -> None:
+                    try:
+                        if k < len(warm):
+                            client.add_job(NoopSync(i=warm[k]))
+                        go.wait()
+                        for i in lanes[k]:
+                            client.add_job(NoopSync(i=i))
+                    except BaseException as exc:
+                        errors.append(exc)
+                        go.abort()
+
+                threads = [threading.Thread(target=produce, args=(k,)) for k in range(producers)]
+                for t in threads:
+                    t.start()
+                with contextlib.suppress(threading.BrokenBarrierError):
+                    go.wait()  # every producer has added its warm-up job
+                t0 = time.perf_counter()
+                for t in threads:
+                    t.join()
+                elapsed = time.perf_counter() - t0
+                if errors:
+                    raise errors[0]
+                return elapsed * n / timed
+
+        async def run() -> float:
+            async with await self._async_client() as client:
+
+                async def produce(lane: range) -> None:
+                    for i in lane:
+                        await client.add_job(NoopAsync(i=i))
+
+                await asyncio.gather(*(client.add_job(NoopAsync(i=i)) for i in warm))
+                t0 = time.perf_counter()
+                await asyncio.gather(*(produce(lane) for lane in lanes))
+                return (time.perf_counter() - t0) * n / timed
 
         return _run_async(run())
 
@@ -172,13 +237,22 @@ class PgQueueSubject(Subject):
             client.driver.exec("VACUUM ANALYZE pgqueue_jobs", ())
 
     def run_worker(
-        self, concurrency: int, record: Callable[[int], None], stop: threading.Event
+        self,
+        concurrency: int,
+        record: Callable[[int], None],
+        stop: threading.Event,
+        emptied: Callable[[], None] | None = None,
     ) -> None:
         global _record
         _record = record
         queues = {"default": concurrency}
         if not self.is_async:
             with self._sync_client() as client:
+                if emptied is not None:
+                    client.run(queues, until_empty=True)
+                    emptied()
+                    stop.wait()
+                    return
                 client.start(queues)
                 stop.wait()
                 client.stop()
@@ -186,6 +260,12 @@ class PgQueueSubject(Subject):
 
         async def run() -> None:
             async with await self._async_client() as client:
+                if emptied is not None:
+                    await client.run(queues, until_empty=True)
+                    emptied()
+                    while not stop.is_set():
+                        await asyncio.sleep(0.05)
+                    return
                 await client.start(queues)
                 while not stop.is_set():
                     await asyncio.sleep(0.05)

@@ -1,11 +1,20 @@
-"""PGQueuer 1.6 behind the benchmark interface, on asyncpg and uvloop.
+"""PGQueuer 1.6 behind the benchmark interface, on asyncpg and uvloop, in two driver setups.
 
-Settings, and where they come from:
+``pgqueuer`` runs on one direct connection (``AsyncpgDriver``), ``pgqueuer-pool`` on an asyncpg
+pool (``AsyncpgPoolDriver``); the report compares pgqueue with the better of the two in each
+measurement and names it. Settings, and where they come from:
 
-- ``uvloop.run`` and the asyncpg driver (``AsyncpgDriver`` on one direct connection): what
-  PGQueuer's own ``tools/benchmark.py`` runs (``-d apg`` is its default; its benchmark page puts
-  asyncpg at ~1.7x psycopg), and ``docs/guides/performance-tuning.md`` says to give a
-  ``QueueManager`` a single direct asyncpg connection, not a pool.
+- ``uvloop.run`` and asyncpg: what PGQueuer's own ``tools/benchmark.py`` runs (``-d apg`` is its
+  default; its benchmark page puts asyncpg at ~1.7x psycopg).
+- One direct connection (``pgqueuer``): ``docs/guides/performance-tuning.md`` says to give a
+  ``QueueManager`` a single direct asyncpg connection ("Always use a direct asyncpg connection
+  (not a pool) for the QueueManager. Reserve the pool for producers."). On it, every query
+  takes the driver's lock, so concurrent producers take turns.
+- A pool (``pgqueuer-pool``): the same guide's "Connection pooling" section recommends
+  ``AsyncpgPoolDriver`` "for high-throughput deployments" and for producers, and its
+  ``tools/benchmark.py`` offers it (``-d apgpool``, ``asyncpg.create_pool(dsn)``: asyncpg's
+  default pool of 10 connections). Both producers and the worker use the pool here; the
+  pool is ``asyncpg.create_pool``'s default size (10), or the number of producers.
 - Concurrency is ``QueueManager.run(max_concurrent_tasks=concurrency)``, the guide's
   "per-process ceiling", enforced in the dequeue query for this worker alone. An entrypoint's
   ``concurrency_limit`` is the other knob, but it is a limit for the whole fleet ("at most 4 such
@@ -17,10 +26,18 @@ Settings, and where they come from:
   the run accepts, ``concurrency // 2`` (capped at ``BATCH_SIZE_MAX``). It is also the size at
   which completions are flushed. (With ``concurrency_limit``, a batch as big as the limit
   measured fastest up to a few hundred; bigger stopped helping.)
+- ``pgq autovac`` applied after ``install`` (``Queries.optimize_autovacuum()``, the SQL the
+  command runs), as the guide's checklist says ("Run ``pgq autovac`` after installation"):
+  ``fillfactor = 70`` and aggressive per-table autovacuum on ``pgqueuer`` and
+  ``pgqueuer_schedules``, conservative on the log and statistics tables. On this machine
+  autovacuum is off server-wide (the harness runs ``VACUUM ANALYZE`` itself), so of these
+  settings only the fillfactor acts.
 - Durability as ``pgq install`` ships it (``durable``: every table logged). The guide's
-  ``balanced``/``volatile`` modes trade crash safety for speed, and ``pgq autovac`` (fillfactor,
-  autovacuum) made no measurable difference here, so neither is used.
-- A job's payload is the ASCII decimal of its ``i`` (``b"123"``), as PGQueuer's benchmark does.
+  ``balanced``/``volatile`` modes trade crash safety for speed (lost jobs or statistics on a
+  crash); pgqueue's enqueues and outcomes are durable, so neither is used.
+- A job's payload is the ASCII decimal of its ``i`` (``b"123"``, a ``bytea`` column), as
+  PGQueuer's benchmark does; pgqueue and procrastinate store ``{"i": 123}`` as ``jsonb``.
+- Batch enqueue is ``Queries.enqueue`` with lists (one ``INSERT ... SELECT unnest(...)``).
 """
 
 from __future__ import annotations
@@ -34,12 +51,12 @@ from typing import Any
 
 import asyncpg
 import uvloop
-from pgqueuer.db import AsyncpgDriver
+from pgqueuer.db import AsyncpgDriver, AsyncpgPoolDriver
 from pgqueuer.models import Job
 from pgqueuer.qm import QueueManager
 from pgqueuer.queries import Queries
 
-from .base import Subject
+from .base import Subject, split_producers
 
 ENTRYPOINT = "bench"
 
@@ -52,6 +69,10 @@ BATCH_SIZE_MAX = 250
 
 STOP_POLL = 0.05
 
+#: Connections in ``pgqueuer-pool``'s pool: ``asyncpg.create_pool``'s default, as PGQueuer's
+#: ``tools/benchmark.py -d apgpool`` uses it.
+POOL_SIZE = 10
+
 
 def _payload(i: int) -> bytes:
     return str(i).encode()
@@ -61,14 +82,27 @@ class PgQueuerSubject(Subject):
     name = "pgqueuer"
     remaining_sql = "SELECT count(*) FROM pgqueuer"
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, *, pool: bool = False) -> None:
         super().__init__(dsn)
+        self.pool = pool
+        if pool:
+            self.name = "pgqueuer-pool"
         logging.getLogger("pgqueuer").setLevel(logging.WARNING)
 
     def _run(self, coro: Any) -> Any:
         return uvloop.run(coro)
 
-    async def _with_queries(self, fn: Callable[[asyncpg.Connection, Queries], Any]) -> Any:
+    async def _with_queries(
+        self, fn: Callable[[Any, Queries], Any], pool_size: int = POOL_SIZE
+    ) -> Any:
+        """Run ``fn(db, queries)`` on a direct connection, or on a pool for ``pgqueuer-pool``;
+        ``db`` is the connection or the pool (both have ``execute`` and ``fetchval``)."""
+        if self.pool:
+            pool = await asyncpg.create_pool(self.dsn, min_size=pool_size, max_size=pool_size)
+            try:
+                return await fn(pool, Queries(AsyncpgPoolDriver(pool)))
+            finally:
+                await pool.close()
         conn = await asyncpg.connect(self.dsn)
         try:
             return await fn(conn, Queries(AsyncpgDriver(conn)))
@@ -78,15 +112,16 @@ class PgQueuerSubject(Subject):
     # -- schema -------------------------------------------------------------------------------
 
     def install(self) -> None:
-        async def go(conn: asyncpg.Connection, queries: Queries) -> None:
+        async def go(conn: Any, queries: Queries) -> None:
             await queries.install()
+            await queries.optimize_autovacuum()  # `pgq autovac`
 
         self._run(self._with_queries(go))
 
     # -- enqueue ------------------------------------------------------------------------------
 
     def enqueue_single(self, start: int, n: int) -> float:
-        async def go(conn: asyncpg.Connection, queries: Queries) -> float:
+        async def go(conn: Any, queries: Queries) -> float:
             # The first call prepares the statement; like the pgqueue subject, it is not timed
             # and the rest is scaled to n calls.
             await queries.enqueue(ENTRYPOINT, _payload(start))
@@ -98,10 +133,13 @@ class PgQueuerSubject(Subject):
         return self._run(self._with_queries(go))
 
     def enqueue_bulk(self, start: int, n: int) -> float:
-        async def go(conn: asyncpg.Connection, queries: Queries) -> float:
+        return self.enqueue_batches(start, n, BULK_CHUNK)
+
+    def enqueue_batches(self, start: int, n: int, batch: int) -> float:
+        async def go(conn: Any, queries: Queries) -> float:
             t0 = time.perf_counter()
-            for lo in range(start, start + n, BULK_CHUNK):
-                hi = min(lo + BULK_CHUNK, start + n)
+            for lo in range(start, start + n, batch):
+                hi = min(lo + batch, start + n)
                 await queries.enqueue(
                     [ENTRYPOINT] * (hi - lo),
                     [_payload(i) for i in range(lo, hi)],
@@ -111,8 +149,25 @@ class PgQueuerSubject(Subject):
 
         return self._run(self._with_queries(go))
 
+    def enqueue_concurrent(self, start: int, n: int, producers: int) -> float:
+        """asyncio tasks sharing one ``Queries``: on the direct connection they take turns (the
+        driver's lock), on the pool each call borrows a connection (pool size = producers)."""
+
+        async def go(conn: Any, queries: Queries) -> float:
+            async def produce(ids: range) -> None:
+                for i in ids:
+                    await queries.enqueue(ENTRYPOINT, _payload(i))
+
+            warm, lanes = split_producers(start, n, producers)
+            await asyncio.gather(*(queries.enqueue(ENTRYPOINT, _payload(i)) for i in warm))
+            t0 = time.perf_counter()
+            await asyncio.gather(*(produce(lane) for lane in lanes))
+            return (time.perf_counter() - t0) * n / max(n - len(warm), 1)
+
+        return self._run(self._with_queries(go, pool_size=producers))
+
     def enqueue_spaced(self, start: int, n: int, spacing: float) -> list[float]:
-        async def go(conn: asyncpg.Connection, queries: Queries) -> list[float]:
+        async def go(conn: Any, queries: Queries) -> list[float]:
             commits: list[float] = []
             for i in range(start, start + n):
                 await asyncio.sleep(spacing)
@@ -125,7 +180,7 @@ class PgQueuerSubject(Subject):
     # -- inspection ---------------------------------------------------------------------------
 
     def remaining(self) -> int:
-        async def go(conn: asyncpg.Connection, queries: Queries) -> int:
+        async def go(conn: Any, queries: Queries) -> int:
             return int(await conn.fetchval(self.remaining_sql))
 
         return self._run(self._with_queries(go))
@@ -167,7 +222,7 @@ class PgQueuerSubject(Subject):
             DO UPDATE SET count = pgqueuer_statistics.count + EXCLUDED.count
         """
 
-        async def go(conn: asyncpg.Connection, queries: Queries) -> None:
+        async def go(conn: Any, queries: Queries) -> None:
             await conn.execute(sql, n, ENTRYPOINT)
             for table in ("pgqueuer_log", "pgqueuer_statistics", "pgqueuer"):
                 await conn.execute(f"VACUUM ANALYZE {table}")
@@ -181,6 +236,7 @@ class PgQueuerSubject(Subject):
         concurrency: int,
         record: Callable[[int], None],
         stop: threading.Event,
+        emptied: Callable[[], None] | None = None,
     ) -> None:
         if concurrency >= 2:
             limit, batch_size = 0, min(concurrency // 2, BATCH_SIZE_MAX)
@@ -188,7 +244,7 @@ class PgQueuerSubject(Subject):
         else:
             limit, batch_size, max_tasks = 1, 1, None
 
-        async def go(conn: asyncpg.Connection, queries: Queries) -> None:
+        async def go(conn: Any, queries: Queries) -> None:
             qm = QueueManager(queries)
 
             @qm.entrypoint(ENTRYPOINT, concurrency_limit=limit)

@@ -11,6 +11,8 @@ Settings, and where they come from:
 - The worker runs with ``listen_notify=True`` (the default) and a short fetch poll, so a new job
   is picked up on its NOTIFY and a missed one within ``FETCH_POLL`` seconds; the job is an
   ``async def`` task, which is what ``concurrency`` needs (``docs/howto/concurrency``).
+- Concurrent producers (``enqueue_concurrent``) are asyncio tasks calling ``defer_async`` on
+  one app whose pool has a connection per producer; batches go through ``batch_defer_async``.
 - ``delete_jobs`` stays at its default, ``never``: finished jobs stay in ``procrastinate_jobs``
   as ``succeeded``, which is what ``fill_finished`` reproduces.
 - ``install_signal_handlers=False`` and stopping by cancelling the ``run_worker_async`` task are
@@ -37,7 +39,7 @@ import procrastinate
 import psycopg
 import uvloop
 
-from .base import Subject
+from .base import Subject, split_producers
 
 TASK_NAME = "bench"
 QUEUE = "default"
@@ -116,14 +118,36 @@ class ProcrastinateSubject(Subject):
         return _run(go())
 
     def enqueue_bulk(self, start: int, n: int) -> float:
+        return self.enqueue_batches(start, n, BULK_CHUNK)
+
+    def enqueue_batches(self, start: int, n: int, batch: int) -> float:
         async def go() -> float:
             app, task = self._app()
             async with app.open_async():
                 t0 = time.perf_counter()
-                for lo in range(start, start + n, BULK_CHUNK):
-                    hi = min(lo + BULK_CHUNK, start + n)
+                for lo in range(start, start + n, batch):
+                    hi = min(lo + batch, start + n)
                     await task.batch_defer_async(*({"i": i} for i in range(lo, hi)))
                 return time.perf_counter() - t0
+
+        return _run(go())
+
+    def enqueue_concurrent(self, start: int, n: int, producers: int) -> float:
+        """asyncio tasks deferring on one app, whose pool has a connection per producer."""
+
+        async def go() -> float:
+            app, task = self._app(pool_size=producers)
+
+            async def produce(ids: range) -> None:
+                for i in ids:
+                    await task.defer_async(i=i)
+
+            async with app.open_async():
+                warm, lanes = split_producers(start, n, producers)
+                await asyncio.gather(*(task.defer_async(i=i) for i in warm))
+                t0 = time.perf_counter()
+                await asyncio.gather(*(produce(lane) for lane in lanes))
+                return (time.perf_counter() - t0) * n / max(n - len(warm), 1)
 
         return _run(go())
 
@@ -187,6 +211,7 @@ class ProcrastinateSubject(Subject):
         concurrency: int,
         record: Callable[[int], None],
         stop: threading.Event,
+        emptied: Callable[[], None] | None = None,
     ) -> None:
         async def go() -> None:
             app, _ = self._app(record=record, pool_size=min(concurrency + 1, POOL_MAX))

@@ -8,7 +8,7 @@ import sys
 from .base import Subject
 
 PGQUEUE_MODES = ("asyncpg", "psycopg-async", "psycopg-sync", "sqlalchemy-async", "sqlalchemy-sync")
-PEERS = ("pgqueuer", "procrastinate")
+PEERS = ("pgqueuer", "pgqueuer-pool", "procrastinate")
 ALL = (*PEERS, *(f"pgqueue/{m}" for m in PGQUEUE_MODES))
 
 
@@ -16,7 +16,8 @@ BASE_ENV = "PGQUEUE_BENCH_BASE"
 
 
 def make_subject(spec: str, dsn: str) -> Subject:
-    """Build the subject named ``spec`` ("pgqueuer", "procrastinate", "pgqueue/<mode>").
+    """Build the subject named ``spec`` ("pgqueuer", "pgqueuer-pool", "procrastinate",
+    "pgqueue/<mode>").
 
     Variants of pgqueue, for before/after comparisons in one interleaved run:
 
@@ -47,10 +48,10 @@ def make_subject(spec: str, dsn: str) -> Subject:
         subject = PgQueueSubject(dsn, mode, variant=extra)
         subject.name = spec
         return subject
-    if spec == "pgqueuer":
+    if spec in ("pgqueuer", "pgqueuer-pool"):
         from .pgqueuer_subject import PgQueuerSubject
 
-        return PgQueuerSubject(dsn)
+        return PgQueuerSubject(dsn, pool=spec == "pgqueuer-pool")
     if spec == "procrastinate":
         from .procrastinate_subject import ProcrastinateSubject
 
