@@ -1,17 +1,18 @@
-"""One pooled connection kept out of its pool between single statements.
+"""Pooled connections kept out of their pool between statements.
 
 Borrowing a connection from asyncpg's pool and giving it back costs more CPU than the statement
 that runs on it (measured on 2 cores: ~40 µs of a ~70 µs insert; the release goes through a
 shielded task and an extra turn of the event loop), and psycopg_pool's borrow, return and
 commit-on-exit cost ~20 µs. An application adding one job per request, or a worker at
-concurrency 1, pays that on every statement. So a driver that owns its pool keeps the last
-connection it used here, out of the pool, and the next single statement takes it from here
-without touching the pool; statements that run at the same time borrow from the pool as before.
+concurrency 1, pays that on every statement; ten producers at once pay it ten times. So a driver
+that owns its pool keeps the connections it is done with here, out of the pool (the most
+recently used first), and the next statement takes one from here without touching the pool; the
+pool is asked only when none is kept.
 
 What keeps this as safe as the pool:
 
-- at most one connection is kept, and only by a driver whose pool holds at least two, so the
-  pool always has connections of its own to lend;
+- at most the pool's size minus one are kept, and only by a driver whose pool holds at least
+  two, so the pool always has a connection of its own to lend;
 - a connection is not kept while anyone waits for the pool (``waiting``): it goes back, and the
   waiter gets it;
 - a statement that fails (or is cancelled) gives its connection back to the pool, which resets
@@ -36,13 +37,13 @@ MAX_AGE = 300.0
 
 
 class HotConnection:
-    """A slot for one idle pooled connection, reused by single statements (see module doc)."""
+    """Idle pooled connections kept for the next statements (see module doc)."""
 
-    def __init__(self, enabled: bool) -> None:
-        self._enabled = enabled
+    def __init__(self, enabled: bool, capacity: int = 1) -> None:
+        self._enabled = enabled and capacity >= 1
+        self._capacity = capacity
         self._lock = threading.Lock()
-        self._conn: Any = None
-        self._since = 0.0
+        self._kept: list[tuple[Any, float]] = []
         self._waiting = 0
 
     @property
@@ -51,25 +52,24 @@ class HotConnection:
         return self._enabled
 
     def take(self) -> tuple[Any, float] | None:
-        """Return the kept connection and when it left the pool, emptying the slot; or None."""
-        if self._conn is None:  # the common miss, without the lock
+        """Return the most recently kept connection and when it left the pool; or None."""
+        if not self._kept:  # the common miss, without the lock
             return None
         with self._lock:
-            conn, self._conn = self._conn, None
-            return None if conn is None else (conn, self._since)
+            return self._kept.pop() if self._kept else None
 
     def keep(self, conn: Any, since: float) -> bool:
         """Keep ``conn`` (borrowed at ``since``) for the next statement.
 
-        False when it must go back to the pool instead: the slot is taken, someone waits for
-        the pool, the connection is old, or the driver is closed (or does not keep any).
+        False when it must go back to the pool instead: someone waits for the pool, as many as
+        allowed are kept, the connection is old, or the driver is closed (or keeps none).
         """
         if not self._enabled or self._waiting or time.monotonic() - since > MAX_AGE:
             return False
         with self._lock:
-            if self._conn is not None or self._waiting or not self._enabled:
+            if self._waiting or not self._enabled or len(self._kept) >= self._capacity:
                 return False
-            self._conn, self._since = conn, since
+            self._kept.append((conn, since))
             return True
 
     @contextmanager
@@ -83,12 +83,12 @@ class HotConnection:
             with self._lock:
                 self._waiting -= 1
 
-    def close(self) -> Any:
-        """Stop keeping connections; return the one kept (to give back to the pool), or None."""
+    def close(self) -> list[Any]:
+        """Stop keeping connections; return those kept (to give back to the pool)."""
         with self._lock:
             self._enabled = False
-            conn, self._conn = self._conn, None
-            return conn
+            kept, self._kept = self._kept, []
+            return [conn for conn, _ in kept]
 
     @staticmethod
     def now() -> float:

@@ -149,10 +149,9 @@ class AsyncpgDriver:
             )
         self._owns_source = owns_source
         self._lock = asyncio.Lock()
-        # Only for a pool of our own with room for more than the kept connection (_hot.py).
-        self._hot = HotConnection(
-            owns_source and self._pool is not None and self._pool.get_max_size() >= 2
-        )
+        # Only for a pool of our own, of two or more: all but one may be kept (_hot.py).
+        size = self._pool.get_max_size() if self._pool is not None else 0
+        self._hot = HotConnection(owns_source and size >= 2, size - 1)
 
     @asynccontextmanager
     async def _idle_connection(self) -> AsyncIterator[Any]:
@@ -264,8 +263,7 @@ class AsyncpgDriver:
         if not self._owns_source:
             return
         if self._pool is not None:
-            kept = self._hot.close()
-            if kept is not None:
+            for kept in self._hot.close():
                 await self._release(kept)
             await self._pool.close()
         elif self._conn is not None:

@@ -99,11 +99,10 @@ class AsyncPsycopgDriver:
             )
         self._owns_source = owns_source
         self._lock = AsyncLock()
-        # Only for a pool of our own (autocommit connections) with room for more than the kept
-        # connection (pgqueue_adapters/_hot.py).
-        self._hot = HotConnection(
-            owns_source and self._pool is not None and self._pool.max_size >= 2
-        )
+        # Only for a pool of our own (autocommit connections) of two or more: all but one may be
+        # kept (pgqueue_adapters/_hot.py).
+        size = self._pool.max_size if self._pool is not None else 0
+        self._hot = HotConnection(owns_source and size >= 2, size - 1)
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[AsyncConnection[Any]]:
@@ -206,8 +205,7 @@ class AsyncPsycopgDriver:
     async def close(self) -> None:
         """Close the pool if this driver opened it; otherwise leave the caller's objects open."""
         if self._owns_source and self._pool is not None:
-            kept = self._hot.close()
-            if kept is not None:
+            for kept in self._hot.close():
                 await self._pool.putconn(kept)
             await self._pool.close()
 

@@ -98,11 +98,10 @@ class PsycopgDriver:
             )
         self._owns_source = owns_source
         self._lock = Lock()
-        # Only for a pool of our own (autocommit connections) with room for more than the kept
-        # connection (pgqueue_adapters/_hot.py).
-        self._hot = HotConnection(
-            owns_source and self._pool is not None and self._pool.max_size >= 2
-        )
+        # Only for a pool of our own (autocommit connections) of two or more: all but one may be
+        # kept (pgqueue_adapters/_hot.py).
+        size = self._pool.max_size if self._pool is not None else 0
+        self._hot = HotConnection(owns_source and size >= 2, size - 1)
 
     @contextmanager
     def _connection(self) -> Iterator[Connection[Any]]:
@@ -205,8 +204,7 @@ class PsycopgDriver:
     def close(self) -> None:
         """Close the pool if this driver opened it; otherwise leave the caller's objects open."""
         if self._owns_source and self._pool is not None:
-            kept = self._hot.close()
-            if kept is not None:
+            for kept in self._hot.close():
                 self._pool.putconn(kept)
             self._pool.close()
 

@@ -164,15 +164,11 @@ class AsyncSQLAlchemyDriver:
         _SIDE.check_dialect(self._dialect)
         self._owns_source = owns_source
         self._lock = AsyncLock()
-        # Our own engine's single statements keep a connection out of its pool between them
-        # (pgqueue_adapters/_hot.py), if the pool has room for more.
+        # Our own engine's single statements keep connections out of its pool between them
+        # (pgqueue_adapters/_hot.py): all but one of a pool of two or more.
         pool = source.engine.pool
-        self._hot = HotConnection(
-            owns_source
-            and self._engine is not None
-            and isinstance(pool, QueuePool)
-            and pool.size() >= 2
-        )
+        size = pool.size() if isinstance(pool, QueuePool) else 0
+        self._hot = HotConnection(owns_source and self._engine is not None and size >= 2, size - 1)
 
     @asynccontextmanager
     async def _idle_connection(self) -> AsyncIterator[sa.AsyncConnection]:
@@ -376,8 +372,7 @@ class AsyncSQLAlchemyDriver:
         if not self._owns_source:
             return
         if self._engine is not None:
-            kept = self._hot.close()
-            if kept is not None:
+            for kept in self._hot.close():
                 await _give_back(kept)
             await self._engine.dispose()
         elif self._conn is not None:

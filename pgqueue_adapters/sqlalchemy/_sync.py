@@ -148,15 +148,11 @@ class SQLAlchemyDriver:
         _SIDE.check_dialect(self._dialect)
         self._owns_source = owns_source
         self._lock = Lock()
-        # Our own engine's single statements keep a connection out of its pool between them
-        # (pgqueue_adapters/_hot.py), if the pool has room for more.
+        # Our own engine's single statements keep connections out of its pool between them
+        # (pgqueue_adapters/_hot.py): all but one of a pool of two or more.
         pool = source.engine.pool
-        self._hot = HotConnection(
-            owns_source
-            and self._engine is not None
-            and isinstance(pool, QueuePool)
-            and pool.size() >= 2
-        )
+        size = pool.size() if isinstance(pool, QueuePool) else 0
+        self._hot = HotConnection(owns_source and self._engine is not None and size >= 2, size - 1)
 
     @contextmanager
     def _idle_connection(self) -> Iterator[sa.Connection]:
@@ -338,8 +334,7 @@ class SQLAlchemyDriver:
         if not self._owns_source:
             return
         if self._engine is not None:
-            kept = self._hot.close()
-            if kept is not None:
+            for kept in self._hot.close():
                 _give_back(kept)
             self._engine.dispose()
         elif self._conn is not None:
