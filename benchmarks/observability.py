@@ -71,10 +71,11 @@ from pgqueue.execution import ClaimedJob, Outcome, Running
 from pgqueue.runtime_state import finished_class, job_finished, job_started, queue_wait
 
 from .admin_queries import machine
+from .harness import Harness, _cpu_since, _postgres_cpu, _summary
 from .observability_report import costs, write_report
-from .run import PGQUEUE_BEST, Harness, _cpu_since, _postgres_cpu, _summary
 from .subjects import pgqueue_subject
 from .subjects.pgqueue_subject import ASYNC_REGISTRY, SYNC_REGISTRY, NoopAsync, NoopSync
+from .sweep import PGQUEUE_BEST
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"

@@ -9,8 +9,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from .harness import _summary
 from .report import docs_section_write
-from .run import _summary
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"

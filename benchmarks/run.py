@@ -1,10 +1,28 @@
 """The benchmark harness: ``make bench`` (or ``python -m benchmarks.run --help``).
 
 Every measurement runs in a database created for it alone, with each library in processes of
-its own (``benchmarks/role.py``). Repetitions interleave the libraries (A B C A B C ...), so
-that drift in the machine's state hits all of them alike. Every job of every measurement is
-checked to have run exactly once. Results go to ``benchmarks/results/<stamp>.json``;
-``benchmarks/report.py`` turns a results file into the table in docs/benchmarks.md and a chart.
+its own (``benchmarks/role.py``, measurements in ``benchmarks/harness.py``). Repetitions
+interleave the subjects (A B C A B C ...), so that drift in the machine's state hits all of them
+alike. Every job of every measurement is checked to have run exactly once. The pgbench
+references of SPEC §10 (``benchmarks/pgbench.py``: pgqueue's own INSERT on its own table) are
+subjects named ``pgbench...``, interleaved with the libraries in the enqueue measurements. Each
+library's best concurrency comes from the ``sweep`` scenario (``benchmarks/sweep.py``). Results
+go to ``benchmarks/results/<stamp>.json``, with the commit they ran from; ``benchmarks/report.py``
+turns a results file into the tables of docs/benchmarks.md and a chart.
+
+Scenarios (``--scenarios``), and the measurements they make:
+
+- sweep: ``sweep_c<level>``, a drain at each of ``--sweep-levels``, one process;
+- enqueue_single: one add_job per call, one producer (and pgbench's single INSERT, 1 client,
+  with its variants: no NOTIFY, only the primary key, each secondary index dropped);
+- enqueue_concurrent: ``--producers`` concurrent producers, one add_job per call (and pgbench at
+  10 clients);
+- enqueue_bulk_1000: the batch API in calls of ``--batch`` jobs (and pgbench's 1,000-row
+  INSERT);
+- enqueue_bulk: one batch call of ``--bulk-jobs`` jobs;
+- drain: ``drain_c1``, ``drain_c10``, ``drain_best``; drain_2proc; drain_long (``--long-jobs``
+  at the best concurrency, ``--long-reps`` repetitions);
+- latency, claim_cost (``claim_empty``, ``claim_1m_finished``), memory, admin.
 """
 
 from __future__ import annotations
@@ -14,14 +32,12 @@ import contextlib
 import json
 import os
 import platform
-import signal
-import statistics
+import re
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
-from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -29,284 +45,41 @@ from typing import Any
 
 import psycopg
 
-from .subjects.registry import ALL, make_subject
+from . import pgbench
+from .harness import Harness, _summary
+from .subjects.registry import ALL
+from .sweep import DEFAULT_LEVELS, BestConcurrency
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
-# Each library's best drain concurrency in one process, found by sweeping 10..200 on this
-# machine (docs/benchmarks.md, "How the numbers were taken").
-BEST_CONCURRENCY = {"pgqueuer": 500, "procrastinate": 50}
-PGQUEUE_BEST = 100
+SCENARIOS = (
+    "sweep",
+    "enqueue_single",
+    "enqueue_concurrent",
+    "enqueue_bulk_1000",
+    "enqueue_bulk",
+    "drain",
+    "drain_2proc",
+    "drain_long",
+    "latency",
+    "claim_cost",
+    "memory",
+    "admin",
+)
+#: Subjects that drain a few hundred jobs a second: their sweep drains fewer jobs.
+SLOW = ("procrastinate",)
+PGBENCH_VARIANTS = ("no-notify", "pkey-only", "per-index")
 
 
-def best_concurrency(subject: str) -> int:
-    return BEST_CONCURRENCY.get(subject, PGQUEUE_BEST)
+@dataclass
+class Step:
+    """One measurement: run ``fn(subject)`` for each subject, ``reps`` times, interleaved."""
 
-
-class Harness:
-    def __init__(self, admin_dsn: str, verbose: bool) -> None:
-        self.admin_dsn = admin_dsn
-        self.verbose = verbose
-        self.tmp = Path(tempfile.mkdtemp(prefix="pgqueue-bench-"))
-
-    # -- databases ----------------------------------------------------------------------
-
-    def dsn_for(self, db: str) -> str:
-        info = psycopg.conninfo.conninfo_to_dict(self.admin_dsn)
-        info["dbname"] = db
-        host, port, user = info.get("host", "127.0.0.1"), info.get("port", 5432), info.get("user")
-        return f"postgresql://{user + '@' if user else ''}{host}:{port}/{db}"
-
-    def fresh_db(self) -> tuple[str, str]:
-        name = f"pgqueue_bench_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        return name, self.dsn_for(name)
-
-    def drop_db(self, name: str) -> None:
-        with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-    # -- roles ---------------------------------------------------------------------------
-
-    def role(self, subject: str, action: str, dsn: str, *args: str) -> dict[str, Any]:
-        cmd = [sys.executable, "-m", "benchmarks.role", subject, action, "--dsn", dsn, *args]
-        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
-        if out.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
-        return json.loads(out.stdout.strip().splitlines()[-1])
-
-    def start_workers(
-        self,
-        subject: str,
-        dsn: str,
-        processes: int,
-        concurrency: int,
-        sample_rss: float = 0.0,
-        compact: int = 0,
-    ) -> list[tuple[subprocess.Popen[str], Path]]:
-        workers = []
-        for _ in range(processes):
-            out = self.tmp / f"worker-{uuid.uuid4().hex[:8]}.json"
-            cmd = [
-                sys.executable,
-                "-m",
-                "benchmarks.role",
-                subject,
-                "worker",
-                "--dsn",
-                dsn,
-                "--concurrency",
-                str(concurrency),
-                "--out",
-                str(out),
-                "--sample-rss",
-                str(sample_rss),
-                "--compact",
-                str(compact),
-            ]
-            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
-            workers.append((proc, out))
-        for proc, _ in workers:
-            assert proc.stdout is not None
-            line = proc.stdout.readline()
-            if line.strip() != "ready":
-                raise RuntimeError(f"{subject} worker did not start (got {line!r})")
-        return workers
-
-    def stop_workers(
-        self, workers: list[tuple[subprocess.Popen[str], Path]]
-    ) -> list[dict[str, Any]]:
-        for proc, _ in workers:
-            proc.send_signal(signal.SIGTERM)
-        results = []
-        for proc, out in workers:
-            rc = proc.wait(timeout=120)
-            if rc != 0 or not out.exists():
-                raise RuntimeError(f"a worker exited with {rc} and no results")
-            results.append(json.loads(out.read_text()))
-            out.unlink()
-        return results
-
-    def wait_drained(self, subject: str, dsn: str, timeout: float) -> float:
-        """Poll until no job is left; return the wall-clock time it was first seen so."""
-        sql = make_subject(subject, dsn).remaining_sql
-        deadline = time.monotonic() + timeout
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            while True:
-                (left,) = conn.execute(sql).fetchone()  # type: ignore[misc]
-                now = time.time()
-                if left == 0:
-                    return now
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{subject}: {left} jobs still not done after {timeout}s")
-                # The count scans the library's table, and on 2 cores a tight poll would take
-                # CPU from the drain it measures: poll often only near the end.
-                time.sleep(0.005 if left < 50 else 0.05 if left < 2000 else 0.2)
-
-    @staticmethod
-    def check_once(results: list[dict[str, Any]], expected: range) -> list[tuple[int, float]]:
-        records = [(int(i), float(t)) for r in results for i, t in r["records"]]
-        counts = Counter(i for i, _ in records)
-        for r in results:  # compact workers: per-job counts, and the time of their first job
-            for i, c in enumerate(bytes.fromhex(r.get("counts", ""))):
-                if c:
-                    counts[i] += c
-            records += [(-1, float(t)) for t in r.get("first", [])]
-        missing = [i for i in expected if counts[i] == 0]
-        repeated = [i for i, c in counts.items() if c > 1]
-        extra = [i for i in counts if i not in expected and i != -1]
-        if missing or repeated or extra:
-            raise RuntimeError(
-                f"exactly-once violated: {len(missing)} missing (e.g. {missing[:5]}), "
-                f"{len(repeated)} repeated (e.g. {repeated[:5]}), {len(extra)} unexpected"
-            )
-        return records
-
-    # -- measurements ----------------------------------------------------------------------
-
-    def enqueue_single(self, subject: str, n: int) -> dict[str, float]:
-        db, dsn = self.fresh_db()
-        try:
-            self.role(subject, "install", dsn)
-            seconds = self.role(subject, "enqueue-single", dsn, "-n", str(n))["seconds"]
-            self._check_count(subject, dsn, n)
-            return {"jobs_per_s": n / seconds}
-        finally:
-            self.drop_db(db)
-
-    def enqueue_bulk(self, subject: str, n: int) -> dict[str, float]:
-        db, dsn = self.fresh_db()
-        try:
-            self.role(subject, "install", dsn)
-            seconds = self.role(subject, "enqueue-bulk", dsn, "-n", str(n))["seconds"]
-            self._check_count(subject, dsn, n)
-            return {"jobs_per_s": n / seconds}
-        finally:
-            self.drop_db(db)
-
-    def _check_count(self, subject: str, dsn: str, n: int) -> None:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            (left,) = conn.execute(make_subject(subject, dsn).remaining_sql).fetchone()  # type: ignore[misc]
-        if left != n:
-            raise RuntimeError(f"{subject}: enqueued {n} jobs but {left} are in the queue")
-
-    def drain(
-        self,
-        subject: str,
-        n: int,
-        concurrency: int,
-        processes: int = 1,
-        finished: int = 0,
-        sample_rss: float = 0.0,
-    ) -> dict[str, Any]:
-        db, dsn = self.fresh_db()
-        try:
-            self.role(subject, "install", dsn)
-            if finished:
-                self.role(subject, "fill-finished", dsn, "-n", str(finished))
-            self.role(subject, "enqueue-bulk", dsn, "-n", str(n))
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute("VACUUM ANALYZE")
-            # Following memory, the worker counts jobs in a preallocated array: a record per job
-            # would grow by ~120 bytes a job and be measured as the library's.
-            compact = n if sample_rss else 0
-            workers = self.start_workers(subject, dsn, processes, concurrency, sample_rss, compact)
-            # CPU used while draining, by the worker processes and by PostgreSQL (all of its
-            # processes: the backends of the workers, and the rest, which idle meanwhile)
-            cpu_before = sum(_proc_cpu(p.pid) for p, _ in workers), _postgres_cpu()
-            try:
-                end = self.wait_drained(subject, dsn, timeout=max(120.0, n / 50))
-                cpu_after = sum(_proc_cpu(p.pid) for p, _ in workers), _postgres_cpu()
-            finally:
-                results = self.stop_workers(workers)
-            records = self.check_once(results, range(n))
-            start = min(t for _, t in records)
-            result: dict[str, Any] = {
-                "jobs_per_s": n / (end - start),
-                "seconds": end - start,
-                "worker_cpu_us_per_job": (cpu_after[0] - cpu_before[0]) / n * 1e6,
-                "postgres_cpu_us_per_job": _cpu_since(cpu_before[1], cpu_after[1]) / n * 1e6,
-            }
-            if sample_rss:
-                result["rss"] = results[0]["rss"]
-            return result
-        finally:
-            self.drop_db(db)
-
-    def latency(self, subject: str, n: int, spacing: float, concurrency: int) -> dict[str, Any]:
-        db, dsn = self.fresh_db()
-        try:
-            self.role(subject, "install", dsn)
-            workers = self.start_workers(subject, dsn, 1, concurrency)
-            try:
-                # one job first, so that the worker is warm and idle when the clock runs
-                self.role(subject, "enqueue-spaced", dsn, "--start", str(n), "-n", "1")
-                self.wait_drained(subject, dsn, timeout=60)
-                time.sleep(0.5)
-                commits = self.role(
-                    subject, "enqueue-spaced", dsn, "-n", str(n), "--spacing", str(spacing)
-                )["commits"]
-                self.wait_drained(subject, dsn, timeout=60)
-            finally:
-                results = self.stop_workers(workers)
-            records = self.check_once(results, range(n + 1))
-            started = {i: t for i, t in records}
-            ms = sorted((started[i] - commits[i]) * 1000 for i in range(n))
-            return {
-                "p50_ms": _pct(ms, 50),
-                "p95_ms": _pct(ms, 95),
-                "p99_ms": _pct(ms, 99),
-                "max_ms": ms[-1],
-            }
-        finally:
-            self.drop_db(db)
-
-
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _proc_cpu(pid: int) -> float:
-    """CPU seconds (user + system) used so far by process ``pid``, 0 if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICK
-
-
-def _postgres_cpu() -> dict[int, float]:
-    """CPU seconds used so far by each running PostgreSQL process on this machine."""
-    total: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/comm") as f:
-                if f.read().strip() != "postgres":
-                    continue
-        except OSError:
-            continue
-        total[int(entry)] = _proc_cpu(int(entry))
-    return total
-
-
-def _cpu_since(before: dict[int, float], after: dict[int, float]) -> float:
-    # processes that ended in between are not counted (their CPU time is gone with them)
-    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
-
-
-def _pct(sorted_values: list[float], p: float) -> float:
-    k = (len(sorted_values) - 1) * p / 100
-    lo = int(k)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
-
-
-def _summary(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+    name: str
+    subjects: list[str]
+    fn: Callable[[str], dict[str, Any]]
+    reps: int
 
 
 def _versions() -> dict[str, str]:
@@ -322,178 +95,369 @@ def _versions() -> dict[str, str]:
     ):
         with contextlib.suppress(metadata.PackageNotFoundError):
             out[dist] = metadata.version(dist)
+    with contextlib.suppress(OSError):
+        version = subprocess.run([pgbench.PGBENCH, "--version"], capture_output=True, text=True)
+        found = re.search(r"\d+(\.\d+)+", version.stdout)
+        out["pgbench"] = found.group(0) if found else version.stdout.strip()
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
-    parser.add_argument(
+def _git() -> dict[str, Any]:
+    """The commit the run is from, and the files that differ from it (a dirty tree)."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.rstrip("\n")
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        changed = git("status", "--porcelain", "--untracked-files=no").splitlines()
+    except (OSError, subprocess.CalledProcessError) as exc:
+        return {"commit": None, "error": str(exc)}
+    return {
+        "commit": commit,
+        "dirty": bool(changed),
+        "dirty_files": [line[3:] for line in changed][:100],
+    }
+
+
+def _server(dsn: str) -> dict[str, str]:
+    with psycopg.connect(dsn) as conn:
+        return {
+            name: conn.execute(f"SHOW {name}").fetchone()[0]  # type: ignore[index]
+            for name in (
+                "server_version",
+                "synchronous_commit",
+                "fsync",
+                "wal_sync_method",
+                "autovacuum",
+                "shared_buffers",
+                "max_connections",
+            )
+        }
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument(
         "--dsn",
         default=os.environ.get(
             "PGQUEUE_BENCH_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
         ),
         help="an admin connection: each measurement creates and drops its own database",
     )
-    parser.add_argument("--subjects", default=",".join(ALL))
-    parser.add_argument(
+    p.add_argument(
+        "--subjects",
+        default=",".join((*ALL, "pgbench")),
+        help="libraries (pgqueue/<mode>, pgqueuer, pgqueuer-pool, procrastinate), and pgbench "
+        "for the references",
+    )
+    p.add_argument(
         "--scenarios",
-        default="enqueue_single,enqueue_bulk,drain,drain_2proc,latency,claim_cost,memory,admin",
+        default=",".join(SCENARIOS),
         help="admin: the admin API's reads on 1M finished + 100k pending jobs, pgqueue only "
         "(benchmarks/admin_queries.py, results of its own: results/<time>-admin.json)",
     )
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument(
-        "--quick", action="store_true", help="small sizes, one repetition: a smoke test"
-    )
-    parser.add_argument("--memory-jobs", type=int, default=1_000_000)
-    parser.add_argument(
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--quick", action="store_true", help="small sizes, one repetition: a smoke test")
+    p.add_argument("--memory-jobs", type=int, default=1_000_000)
+    p.add_argument(
         "--memory-subjects",
         default="pgqueue/asyncpg,pgqueue/psycopg-sync,pgqueuer",
         help="whose worker memory to follow over --memory-jobs jobs (one run each)",
     )
-    parser.add_argument("--drain-jobs", type=int, default=20_000, help="jobs per drain")
-    parser.add_argument(
+    p.add_argument("--drain-jobs", type=int, default=20_000, help="jobs per drain")
+    p.add_argument(
         "--claim-subjects",
         default=",".join(ALL),
         help="who runs the claim-cost measurement (filling 1M rows takes up to a minute each)",
     )
-    parser.add_argument(
+    p.add_argument(
         "--drain-c1-jobs",
         type=int,
-        default=20_000,
-        help="jobs in the concurrency-1 drain (the slowest measurement: ~100 jobs/s for a peer)",
+        default=5_000,
+        help="jobs in the concurrency-1 drain (the slowest measurement: ~100 jobs/s for PGQueuer, "
+        "whose two setups take ~45 s each)",
     )
-    parser.add_argument("--out", type=Path)
-    parser.add_argument("-v", "--verbose", action="store_true")
-    args = parser.parse_args()
+    p.add_argument("--long-jobs", type=int, default=200_000, help="jobs per long drain")
+    p.add_argument("--long-reps", type=int, default=1, help="repetitions of the long drains")
+    p.add_argument(
+        "--sweep-levels",
+        default=",".join(map(str, DEFAULT_LEVELS)),
+        help="concurrencies of the sweep (quick: 10,100)",
+    )
+    p.add_argument("--sweep-jobs", type=int, default=20_000, help="jobs per sweep drain")
+    p.add_argument(
+        "--sweep-slow-jobs",
+        type=int,
+        default=5_000,
+        help=f"jobs per sweep drain of {', '.join(SLOW)} (a few hundred jobs/s at any level)",
+    )
+    p.add_argument("--sweep-reps", type=int, default=1, help="repetitions of the sweep")
+    p.add_argument("--single-jobs", type=int, default=3_000, help="add_job calls, one producer")
+    p.add_argument("--producers", type=int, default=10, help="concurrent producers")
+    p.add_argument("--concurrent-jobs", type=int, default=10_000, help="jobs, all producers")
+    p.add_argument("--batch", type=int, default=1_000, help="jobs per batch call")
+    p.add_argument("--batch-jobs", type=int, default=100_000, help="jobs added in --batch calls")
+    p.add_argument("--bulk-jobs", type=int, default=100_000, help="jobs in one bulk call")
+    p.add_argument("--pgbench-seconds", type=float, default=10.0, help="pgbench -T")
+    p.add_argument(
+        "--pgbench-variants",
+        default=",".join(PGBENCH_VARIANTS),
+        help="pgbench references besides pgqueue's INSERT as migrated: no-notify, pkey-only "
+        "(every secondary index dropped), per-index (each dropped alone); '' for none",
+    )
+    p.add_argument(
+        "--poll",
+        action="store_true",
+        help="end every drain by polling the library's table, pgqueue's too (default: "
+        "pgqueue's worker runs until empty and tells the end itself)",
+    )
+    p.add_argument("--out", type=Path)
+    p.add_argument("-v", "--verbose", action="store_true")
+    return p
 
+
+def main() -> None:
+    args = _parser().parse_args()
     subjects = [s for s in args.subjects.split(",") if s]
+    libs = [s for s in subjects if not s.startswith("pgbench")]
+    with_pgbench = "pgbench" in subjects
     scenarios = [s for s in args.scenarios.split(",") if s]
-    reps = 1 if args.quick else args.reps
+    for name in scenarios:
+        if name not in SCENARIOS:
+            raise SystemExit(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    quick = args.quick
+    reps = 1 if quick else args.reps
+    levels = [int(c) for c in ("10,100" if quick else args.sweep_levels).split(",") if c]
     sizes = {
-        "single": 300 if args.quick else 3000,
-        "bulk": 10_000 if args.quick else 100_000,
-        "drain": 2_000 if args.quick else args.drain_jobs,
-        "drain_c1": 500 if args.quick else args.drain_c1_jobs,
-        "claim_jobs": 2_000 if args.quick else 10_000,
-        "finished": 50_000 if args.quick else 1_000_000,
-        "latency": 50 if args.quick else 200,
-        "memory": 20_000 if args.quick else args.memory_jobs,
+        "single": 300 if quick else args.single_jobs,
+        "concurrent": 1_000 if quick else args.concurrent_jobs,
+        "producers": args.producers,
+        "batch": args.batch,
+        "batch_jobs": 10_000 if quick else args.batch_jobs,
+        "bulk": 10_000 if quick else args.bulk_jobs,
+        "drain": 2_000 if quick else args.drain_jobs,
+        "drain_c1": 500 if quick else args.drain_c1_jobs,
+        "long": 5_000 if quick else args.long_jobs,
+        "sweep": 1_000 if quick else args.sweep_jobs,
+        "sweep_slow": 500 if quick else args.sweep_slow_jobs,
+        "claim_jobs": 2_000 if quick else 10_000,
+        "finished": 50_000 if quick else 1_000_000,
+        "latency": 50 if quick else 200,
+        "memory": 20_000 if quick else args.memory_jobs,
+        "pgbench_seconds": 2.0 if quick else args.pgbench_seconds,
+        "pgbench_rows": pgbench.BULK_ROWS,
     }
-    harness = Harness(args.dsn, args.verbose)
-    with psycopg.connect(args.dsn) as conn:
-        server = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+    harness = Harness(args.dsn, args.verbose, until_empty=not args.poll)
+    server = _server(args.dsn)
+    best = BestConcurrency()
+    git = _git()  # before the run: the tree may change while it runs
     runs: list[dict[str, Any]] = []
 
-    # measurement name -> (scenarios key, fn(subject) -> dict)
-    plan: list[tuple[str, Any]] = []
+    # the pgbench references of each enqueue measurement
+    variants = [v for v in args.pgbench_variants.split(",") if v] if with_pgbench else []
+    single_refs = ["pgbench"] if with_pgbench else []
+    if "no-notify" in variants:
+        single_refs.append("pgbench/no-notify")
+    if "pkey-only" in variants:
+        single_refs.append("pgbench/pkey-only")
+    if "per-index" in variants and "enqueue_single" in scenarios:
+        single_refs += [f"pgbench/drop-{i}" for i in harness.pgbench_indexes()]
+    concurrent_refs = [r for r in single_refs if r in ("pgbench", "pgbench/no-notify")]
+    secs = sizes["pgbench_seconds"]
+
+    def enqueue(
+        measurement: str, lib: Callable[[str], dict[str, Any]], clients: int = 1
+    ) -> Callable[[str], dict[str, Any]]:
+        def fn(subject: str) -> dict[str, Any]:
+            if subject.startswith("pgbench"):
+                return harness.pgbench(subject, measurement, secs, clients)
+            return lib(subject)
+
+        return fn
+
+    plan: list[Step] = []
+    if "sweep" in scenarios:
+        for c in levels:
+            plan.append(
+                Step(
+                    f"sweep_c{c}",
+                    libs,
+                    lambda s, c=c: harness.drain(
+                        s, sizes["sweep_slow" if s in SLOW else "sweep"], c
+                    ),
+                    args.sweep_reps if not quick else 1,
+                )
+            )
     if "enqueue_single" in scenarios:
-        plan.append(("enqueue_single", lambda s: harness.enqueue_single(s, sizes["single"])))
+        fn = enqueue("enqueue_single", lambda s: harness.enqueue_single(s, sizes["single"]))
+        plan.append(Step("enqueue_single", libs + single_refs, fn, reps))
+    if "enqueue_concurrent" in scenarios:
+        fn = enqueue(
+            "enqueue_concurrent",
+            lambda s: harness.enqueue_concurrent(s, sizes["concurrent"], args.producers),
+            clients=args.producers,
+        )
+        plan.append(Step("enqueue_concurrent", libs + concurrent_refs, fn, reps))
+    if "enqueue_bulk_1000" in scenarios:
+        fn = enqueue(
+            "enqueue_bulk_1000",
+            lambda s: harness.enqueue_batches(s, sizes["batch_jobs"], args.batch),
+        )
+        plan.append(Step("enqueue_bulk_1000", libs + single_refs[:1], fn, reps))
     if "enqueue_bulk" in scenarios:
-        plan.append(("enqueue_bulk", lambda s: harness.enqueue_bulk(s, sizes["bulk"])))
+        plan.append(
+            Step("enqueue_bulk", libs, lambda s: harness.enqueue_bulk(s, sizes["bulk"]), reps)
+        )
     if "drain" in scenarios:
-        plan.append(("drain_c1", lambda s: harness.drain(s, sizes["drain_c1"], 1)))
-        plan.append(("drain_c10", lambda s: harness.drain(s, sizes["drain"], 10)))
-        plan.append(("drain_best", lambda s: harness.drain(s, sizes["drain"], best_concurrency(s))))
+        plan.append(Step("drain_c1", libs, lambda s: harness.drain(s, sizes["drain_c1"], 1), reps))
+        plan.append(Step("drain_c10", libs, lambda s: harness.drain(s, sizes["drain"], 10), reps))
+        plan.append(
+            Step("drain_best", libs, lambda s: harness.drain(s, sizes["drain"], best(s)), reps)
+        )
     if "drain_2proc" in scenarios:
         plan.append(
-            (
+            Step(
                 "drain_2proc",
-                lambda s: harness.drain(s, sizes["drain"], best_concurrency(s), processes=2),
+                libs,
+                lambda s: harness.drain(s, sizes["drain"], best(s), processes=2),
+                reps,
+            )
+        )
+    if "drain_long" in scenarios:
+        plan.append(
+            Step(
+                "drain_long",
+                libs,
+                lambda s: harness.drain(s, sizes["long"], best(s)),
+                1 if quick else args.long_reps,
             )
         )
     if "latency" in scenarios:
-        plan.append(("latency", lambda s: harness.latency(s, sizes["latency"], 0.02, 10)))
-    if "claim_cost" in scenarios:
-        plan.append(("claim_empty", lambda s: harness.drain(s, sizes["claim_jobs"], 10)))
         plan.append(
-            (
+            Step("latency", libs, lambda s: harness.latency(s, sizes["latency"], 0.02, 10), reps)
+        )
+    if "claim_cost" in scenarios:
+        claimers = [s for s in args.claim_subjects.split(",") if s in libs]
+        plan.append(
+            Step("claim_empty", claimers, lambda s: harness.drain(s, sizes["claim_jobs"], 10), reps)
+        )
+        plan.append(
+            Step(
                 "claim_1m_finished",
+                claimers,
                 lambda s: harness.drain(s, sizes["claim_jobs"], 10, finished=sizes["finished"]),
+                reps,
             )
         )
 
     started = time.monotonic()
-    claimers = [s for s in args.claim_subjects.split(",") if s in subjects]
-    for name, fn in plan:
-        for rep in range(reps):
-            for subject in claimers if name.startswith("claim_") else subjects:
+    for step in plan:
+        for rep in range(step.reps):
+            for subject in step.subjects:
                 t = time.monotonic()
-                result = fn(subject)
-                runs.append({"measurement": name, "subject": subject, "rep": rep, **result})
+                result = step.fn(subject)
+                runs.append({"measurement": step.name, "subject": subject, "rep": rep, **result})
                 print(
-                    f"[{time.monotonic() - started:7.1f}s] {name:18} {subject:26} rep {rep}: "
+                    f"[{time.monotonic() - started:7.1f}s] {step.name:18} {subject:26} rep {rep}: "
                     + ", ".join(f"{k}={v:,.1f}" for k, v in result.items() if isinstance(v, float))
                     + f"  ({time.monotonic() - t:.1f}s)",
                     flush=True,
                 )
+        if step.name.startswith("sweep_"):
+            best.use_sweep(summarize(runs))
+            print("best concurrency so far: " + ", ".join(f"{s} {best(s)}" for s in libs))
     if "memory" in scenarios:
-        for subject in [s for s in args.memory_subjects.split(",") if s in subjects]:
-            result = harness.drain(
-                subject, sizes["memory"], best_concurrency(subject), sample_rss=0.5
-            )
-            rss = result.pop("rss")
-            warm = [b for _, done, b in rss if done >= sizes["memory"] * 0.1]
-            result.update(
-                {
-                    "rss_start_mb": warm[0] / 2**20 if warm else 0.0,
-                    "rss_end_mb": warm[-1] / 2**20 if warm else 0.0,
-                    "rss_max_mb": max(warm) / 2**20 if warm else 0.0,
-                    "rss_growth_pct": (max(warm) / warm[0] - 1) * 100 if warm else 0.0,
-                    "samples": [[done, b] for _, done, b in rss],
-                }
-            )
-            runs.append({"measurement": "memory", "subject": subject, "rep": 0, **result})
-            print(
-                f"memory {subject}: {result['rss_start_mb']:.1f} -> {result['rss_max_mb']:.1f} MB "
-                f"({result['rss_growth_pct']:+.1f}%) over {sizes['memory']:,} jobs",
-                flush=True,
-            )
+        for subject in [s for s in args.memory_subjects.split(",") if s in libs]:
+            runs.append(memory(harness, subject, sizes["memory"], best(subject)))
 
-    summary: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
-    for run in runs:
-        for key, value in run.items():
-            if key in ("measurement", "subject", "rep", "samples", "seconds") or not isinstance(
-                value, float
-            ):
-                continue
-            summary.setdefault(run["measurement"], {}).setdefault(run["subject"], {}).setdefault(
-                key, []
-            )  # type: ignore[arg-type]
-            summary[run["measurement"]][run["subject"]][key].append(value)  # type: ignore[attr-defined]
-    summary = {
-        m: {s: {k: _summary(v) for k, v in d.items()} for s, d in by.items()}
-        for m, by in summary.items()
-    }  # type: ignore[arg-type]
+    summary = summarize(runs)
     doc = {
         "meta": {
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
             "host": platform.node(),
             "cpus": os.cpu_count(),
-            "postgresql": server,
+            "postgresql": server["server_version"],
+            "server": server,
+            "git": git,
             "versions": _versions(),
+            "argv": sys.argv[1:],
             "reps": reps,
+            "long_reps": 1 if quick else args.long_reps,
+            "sweep_reps": 1 if "sweep" not in scenarios or quick else args.sweep_reps,
+            "sweep_levels": levels if "sweep" in scenarios else [],
             "sizes": sizes,
-            "best_concurrency": {s: best_concurrency(s) for s in subjects},
+            "best_concurrency": {s: best(s) for s in libs},
+            "best_concurrency_from": {s: best.origin(s) for s in libs},
+            "drain_end": "polled"
+            if args.poll
+            else "pgqueue: its worker's until-empty run "
+            "where the pgqueue under test has one; peers: polled",
+            "pgbench": _pgbench_meta() if with_pgbench else {},
             "wall_seconds": round(time.monotonic() - started, 1),
         },
         "summary": summary,
         "runs": runs,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = (
-        args.out
-        or RESULTS
-        / f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}{'-quick' if args.quick else ''}.json"
+    out = args.out or RESULTS / (
+        f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}{'-quick' if quick else ''}.json"
     )
     if runs:  # not for "--scenarios admin" alone, which writes a results file of its own
         out.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"results: {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
     if "admin" in scenarios:
         cmd = [sys.executable, "-m", "benchmarks.admin_queries", "--dsn", args.dsn]
-        subprocess.run(cmd + (["--quick"] if args.quick else []), cwd=ROOT, check=True)
+        subprocess.run(cmd + (["--quick"] if quick else []), cwd=ROOT, check=True)
+
+
+def memory(harness: Harness, subject: str, n: int, concurrency: int) -> dict[str, Any]:
+    """Worker memory over a drain of ``n`` jobs, sampled every 0.5 s (one run)."""
+    result = harness.drain(subject, n, concurrency, sample_rss=0.5)
+    rss = result.pop("rss")
+    warm = [b for _, done, b in rss if done >= n * 0.1]
+    result.update(
+        {
+            "rss_start_mb": warm[0] / 2**20 if warm else 0.0,
+            "rss_end_mb": warm[-1] / 2**20 if warm else 0.0,
+            "rss_max_mb": max(warm) / 2**20 if warm else 0.0,
+            "rss_growth_pct": (max(warm) / warm[0] - 1) * 100 if warm else 0.0,
+            "samples": [[done, b] for _, done, b in rss],
+        }
+    )
+    print(
+        f"memory {subject}: {result['rss_start_mb']:.1f} -> {result['rss_max_mb']:.1f} MB "
+        f"({result['rss_growth_pct']:+.1f}%) over {n:,} jobs",
+        flush=True,
+    )
+    return {"measurement": "memory", "subject": subject, "rep": 0, **result}
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """measurement -> subject -> key -> {median, min, max} over the repetitions."""
+    values: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for run in runs:
+        for key, value in run.items():
+            if key in ("rep", "seconds", "transactions") or not isinstance(value, float):
+                continue
+            by_key = values.setdefault(run["measurement"], {}).setdefault(run["subject"], {})
+            by_key.setdefault(key, []).append(value)
+    return {
+        m: {s: {k: _summary(v) for k, v in d.items()} for s, d in by.items()}
+        for m, by in values.items()
+    }
+
+
+def _pgbench_meta() -> dict[str, Any]:
+    """What the pgbench references ran: the scripts and their variables."""
+    single, bulk = pgbench.job_insert_script(), pgbench.bulk_insert_script()
+    return {
+        "command": "pgbench -n -M prepared -c C -j J -T SECONDS -f SCRIPT -D ...",
+        "job_insert": {"script": single.text, "defines": single.defines},
+        "bulk_1000": {"script": bulk.text},
+    }
 
 
 if __name__ == "__main__":

@@ -52,7 +52,8 @@ MODES: dict[str, tuple[str, str, bool]] = {
 
 
 #: ``client.run(queues, until_empty=True)`` (issue 19): the worker returns once no job is due
-#: and none runs, outcomes written, so the harness takes a drain's end from the worker.
+#: and none runs, outcomes written, so the harness takes a drain's end from the worker. Checked
+#: rather than assumed: a ``pgqueue-base/`` tree from before it is drained by polling.
 UNTIL_EMPTY = "until_empty" in inspect.signature(pgqueue.AsyncClient.run).parameters and (
     "until_empty" in inspect.signature(pgqueue.Client.run).parameters
 )
