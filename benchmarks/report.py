@@ -1,16 +1,20 @@
 """Turn a results file into the tables of docs/benchmarks.md and a chart.
 
-``python -m benchmarks.report [results.json]`` (default: the newest file in
+``python -m benchmarks.report [results.json]`` (default: the newest full run in
 benchmarks/results/) rewrites the part of docs/benchmarks.md between the ``results`` markers
-and writes docs/benchmarks.png. ``make bench`` runs it after the measurements.
+and writes docs/benchmarks.png; ``--doc`` and ``--chart`` write elsewhere (a copy of the page).
+``make bench`` runs it after the measurements. The bars are checked in ``benchmarks/bars.py``.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
+
+from .bars import bars, index_costs, median
+from .sweep import best_of, sweep_table
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -35,22 +39,55 @@ def docs_section_write(begin: str, end: str, body: str, path: Path) -> None:
 
 
 THROUGHPUT = [
-    ("enqueue_single", "single add_job ({single:,} calls), jobs/s"),
-    ("enqueue_bulk", "bulk add of {bulk:,}, jobs/s"),
+    ("enqueue_single", "single add_job ({single:,} calls, 1 producer), jobs/s"),
+    ("enqueue_concurrent", "add_job from {producers} producers ({concurrent:,} calls), jobs/s"),
+    ("enqueue_bulk_1000", "add_jobs in calls of {batch:,} ({batch_jobs:,} jobs), jobs/s"),
+    ("enqueue_bulk", "add_jobs, one call of {bulk:,}, jobs/s"),
     ("drain_c1", "drain {drain_c1:,}, concurrency 1, jobs/s"),
     ("drain_c10", "drain {drain:,}, concurrency 10, jobs/s"),
     ("drain_best", "drain {drain:,}, best concurrency, jobs/s"),
     ("drain_2proc", "drain {drain:,}, 2 processes, jobs/s"),
+    ("drain_long", "drain {long:,}, best concurrency, jobs/s"),
     ("claim_empty", "drain {claim_jobs:,} (c10), empty history, jobs/s"),
     ("claim_1m_finished", "drain {claim_jobs:,} (c10), {finished:,} finished rows, jobs/s"),
 ]
 
+#: What each library stores as the benchmark job's arguments.
+PAYLOADS = (
+    'Payloads: pgqueue stores `{"i": N}` as `jsonb`; PGQueuer `b"N"` (the ASCII decimal, as '
+    "its own benchmark does) in a `bytea` column, which it never parses; procrastinate "
+    '`{"i": N}` as `jsonb`. The pgbench references write pgqueue\'s `jsonb`.'
+)
+DURABILITY = (
+    "Durability: every enqueue, by every library and by pgbench, commits durably "
+    "(`synchronous_commit` on, the server's default); so do pgqueue's outcome writes. "
+    "pgqueue's claim sets `synchronous_commit = off` for its own transaction (a claim lost in "
+    "a crash puts its job back to pending; a later durable commit flushes it), which the drain "
+    "and latency figures include. PGQueuer runs `durable` (its default), procrastinate as "
+    "shipped."
+)
 
-def _median(summary: dict[str, Any], measurement: str, subject: str, key: str) -> float | None:
+
+class _Sizes(dict):  # type: ignore[type-arg]
+    """A results file's sizes, "?" for those an older file lacks."""
+
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
+def _sizes(meta: dict[str, Any]) -> _Sizes:
+    sizes = _Sizes(meta.get("sizes", {}))
+    # results written before the concurrency-1 drain had a size of its own
+    sizes.setdefault("drain_c1", sizes.get("drain", 0))
+    return sizes
+
+
+def _label(label: str, meta: dict[str, Any]) -> str:
+    sizes = _sizes(meta)
     try:
-        return float(summary[measurement][subject][key]["median"])
-    except KeyError:
-        return None
+        return label.format_map(sizes)
+    except (ValueError, TypeError):  # a "?" under a numeric format
+        return label.format_map(_Sizes({k: str(v) for k, v in sizes.items()}))
 
 
 def _cell(summary: dict[str, Any], measurement: str, subject: str, key: str, fmt: str) -> str:
@@ -63,98 +100,38 @@ def _cell(summary: dict[str, Any], measurement: str, subject: str, key: str, fmt
     return f"{format(s['median'], fmt)} ({format(s['min'], fmt)}–{format(s['max'], fmt)})"
 
 
-def bars(doc: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
-    """Check SPEC section 10's bars: (bar, what was measured, passed?)."""
-    s = doc["summary"]
-    out: list[tuple[str, str, bool | None]] = []
+def _libraries(summary: dict[str, Any]) -> list[str]:
+    found = {sub for by in summary.values() for sub in by if not sub.startswith("pgbench")}
+    return sorted(found, key=_order)
 
-    def ratio(measurement: str, subject: str, key: str = "jobs_per_s") -> float | None:
-        ours, theirs = (
-            _median(s, measurement, subject, key),
-            _median(s, measurement, "pgqueuer", key),
-        )
-        return ours / theirs if ours is not None and theirs else None
 
-    def add_ratio(label: str, measurement: str, subject: str, need: float) -> None:
-        r = ratio(measurement, subject)
-        out.append((label, "–" if r is None else f"{r:.2f}×", None if r is None else r >= need))
-
-    add_ratio("drain, asyncpg ≥ 2× PGQueuer", "drain_best", "pgqueue/asyncpg", 2.0)
-    add_ratio("drain, psycopg async ≥ 1.5× PGQueuer", "drain_best", "pgqueue/psycopg-async", 1.5)
-    add_ratio("drain, psycopg sync ≥ 1× PGQueuer", "drain_best", "pgqueue/psycopg-sync", 1.0)
-    for mode in ("asyncpg", "psycopg-sync"):
-        one = _median(s, "drain_best", f"pgqueue/{mode}", "jobs_per_s")
-        two = _median(s, "drain_2proc", f"pgqueue/{mode}", "jobs_per_s")
-        out.append(
-            (
-                f"drain, {mode}: 2 processes > 1",
-                "–" if one is None or two is None else f"{two:,.0f} vs {one:,.0f}",
-                None if one is None or two is None else two > one,
-            )
+def _provenance(meta: dict[str, Any], source: str) -> str:
+    git = meta.get("git") or {}
+    commit = git.get("commit")
+    if commit:
+        tree = f"commit `{commit[:12]}`" + (
+            f" with uncommitted changes to {len(git.get('dirty_files', []))} files"
+            if git.get("dirty")
+            else ""
         )
-    for mode in ("asyncpg", "psycopg-sync"):
-        c1 = _median(s, "drain_c1", f"pgqueue/{mode}", "jobs_per_s")
-        out.append(
-            (
-                f"drain, {mode}, concurrency 1 ≥ 1,000/s",
-                "–" if c1 is None else f"{c1:,.0f}/s",
-                None if c1 is None else c1 >= 1000,
-            )
-        )
-    add_ratio("single add_job, asyncpg ≥ 3× PGQueuer", "enqueue_single", "pgqueue/asyncpg", 3.0)
-    for mode in ("psycopg-sync", "psycopg-async"):
-        add_ratio(f"single add_job, {mode} ≥ 2× PGQueuer", "enqueue_single", f"pgqueue/{mode}", 2.0)
-    for mode in ("asyncpg", "psycopg-sync"):
-        add_ratio(f"bulk add_jobs, {mode} ≥ 3× PGQueuer", "enqueue_bulk", f"pgqueue/{mode}", 3.0)
-    theirs = _median(s, "latency", "pgqueuer", "p50_ms")
-    for mode in ("asyncpg", "psycopg-async", "psycopg-sync"):
-        p50 = _median(s, "latency", f"pgqueue/{mode}", "p50_ms")
-        p99 = _median(s, "latency", f"pgqueue/{mode}", "p99_ms")
-        if p50 is None or p99 is None:
-            continue
-        out.append(
-            (
-                f"pickup latency, {mode}: p50 ≤ PGQueuer's, p99 ≤ 5 ms",
-                f"p50 {p50:.1f} ms (PGQueuer {theirs or 0:.1f}), p99 {p99:.1f} ms",
-                (theirs is None or p50 <= theirs) and p99 <= 5.0,
-            )
-        )
-    for mode in ("asyncpg", "psycopg-sync"):
-        empty = _median(s, "claim_empty", f"pgqueue/{mode}", "jobs_per_s")
-        full = _median(s, "claim_1m_finished", f"pgqueue/{mode}", "jobs_per_s")
-        if empty is None or full is None:
-            continue
-        out.append(
-            (
-                f"claim cost flat with 1M finished rows, {mode} (within 1.5×)",
-                f"{empty / full:.2f}× slower",
-                empty / full <= 1.5,
-            )
-        )
-    for run in doc["runs"]:
-        if run["measurement"] == "memory" and run["subject"].startswith("pgqueue/"):
-            out.append(
-                (
-                    f"memory flat (±10 %), {run['subject'][8:]}",
-                    f"{run['rss_start_mb']:.0f} → {run['rss_max_mb']:.0f} MB "
-                    f"({run['rss_growth_pct']:+.1f} %) over "
-                    f"{doc['meta']['sizes']['memory']:,} jobs",
-                    abs(run["rss_growth_pct"]) <= 10,
-                )
-            )
-    return out
+    else:
+        tree = "commit not recorded"
+    long_reps = f", long drains {meta['long_reps']}" if "long_reps" in meta else ""
+    return (
+        f"Run of {meta['date']} on {meta['cpus']} CPUs, PostgreSQL {meta['postgresql']}, "
+        f"{meta['reps']} interleaved repetition(s){long_reps} (median, with min–max); from "
+        f"{tree}; source: `{source}`. Versions: "
+        + ", ".join(f"{k} {v}" for k, v in meta["versions"].items())
+        + "."
+    )
 
 
 def tables(doc: dict[str, Any], source: str) -> str:
     s = doc["summary"]
     meta = doc["meta"]
-    subjects = sorted({sub for by in s.values() for sub in by}, key=_order)
+    subjects = _libraries(s)
     lines = [
-        f"Run of {meta['date']} on {meta['cpus']} CPUs, PostgreSQL {meta['postgresql']}, "
-        f"{meta['reps']} interleaved repetitions (median, with min–max); source: "
-        f"`{source}`. Versions: "
-        + ", ".join(f"{k} {v}" for k, v in meta["versions"].items())
-        + ".",
+        _provenance(meta, source),
         "",
         "| measurement | " + " | ".join(subjects) + " |",
         "|---|" + "---|" * len(subjects),
@@ -162,7 +139,7 @@ def tables(doc: dict[str, Any], source: str) -> str:
     for key, label in THROUGHPUT:
         if key in s:
             lines.append(
-                f"| {label.format(**_sizes(meta))} | "
+                f"| {_label(label, meta)} | "
                 + " | ".join(_cell(s, key, sub, "jobs_per_s", ",.0f") for sub in subjects)
                 + " |"
             )
@@ -203,34 +180,115 @@ def tables(doc: dict[str, Any], source: str) -> str:
                 + " | ".join(_cell(s, "drain_c10", sub, key, ",.0f") for sub in subjects)
                 + " |"
             )
+    lines += _pgbench_table(doc)
+    lines += _sweep_table(doc)
+    origin = meta.get("best_concurrency_from", {})
     lines += [
         "",
         "Best concurrency used: "
         + ", ".join(
-            f"{k} {v}"
+            f"{k} {v}" + (f" ({origin[k]})" if k in origin else "")
             for k, v in sorted(meta["best_concurrency"].items(), key=lambda kv: _order(kv[0]))
         )
         + ".",
         "",
-        "SPEC §10 bars, checked against this run:",
+        "SPEC §10 bars, checked against this run (PGQueuer: the better of its two setups in "
+        "each measurement, named):",
         "",
-        "| bar | measured | met |",
-        "|---|---|---|",
+        "| bar | pgqueue | reference | ratio | met |",
+        "|---|---|---|---|---|",
     ]
-    for label, measured, ok in bars(doc):
-        lines.append(
-            f"| {label} | {measured} | {'–' if ok is None else ('yes' if ok else '**no**')} |"
-        )
+    for bar in bars(doc):
+        met = "–" if bar.met is None else ("yes" if bar.met else "**no**")
+        lines.append(f"| {bar.bar} | {bar.measured} | {bar.reference} | {bar.ratio} | {met} |")
+    lines += ["", PAYLOADS, "", DURABILITY]
+    if "drain_end" in meta:
+        lines += ["", f"End of a drain: {meta['drain_end']}."]
     return "\n".join(lines)
 
 
-def _sizes(meta: dict[str, Any]) -> dict[str, Any]:
-    # results written before the concurrency-1 drain had a size of its own
-    return {"drain_c1": meta["sizes"].get("drain", 0), **meta["sizes"]}
+def _pgbench_table(doc: dict[str, Any]) -> list[str]:
+    s = doc["summary"]
+    rows = index_costs(s)
+    c10 = {
+        sub: v for sub, v in s.get("enqueue_concurrent", {}).items() if sub.startswith("pgbench")
+    }
+    bulk = median(s, "enqueue_bulk_1000", "pgbench", "jobs_per_s")
+    if not rows and not c10 and bulk is None:
+        return []
+    secs = _sizes(doc["meta"]).get("pgbench_seconds", "?")
+    out = [
+        "",
+        "pgbench references: pgqueue's own `job_insert` (its `pg_notify` included) on pgqueue's "
+        f"table, prepared, one transaction per job, {secs} s per run "
+        "(`benchmarks/pgbench.py`; the scripts are in the results file); and what the table's "
+        "secondary indexes cost that INSERT:",
+        "",
+        "| reference | jobs/s | against the table as migrated |",
+        "|---|---|---|",
+    ]
+    for subject, _, change in rows:
+        what = {
+            "pgbench": "job_insert, 1 client",
+            "pgbench/no-notify": "job_insert without its pg_notify, 1 client",
+            "pgbench/pkey-only": "job_insert, 1 client, only the primary key (every secondary "
+            "index dropped)",
+        }.get(subject, f"job_insert, 1 client, `{subject.removeprefix('pgbench/drop-')}` dropped")
+        cell = _cell(s, "enqueue_single", subject, "jobs_per_s", ",.0f")
+        vs = "–" if change is None or subject == "pgbench" else f"{change:+.1%}"
+        out.append(f"| {what} | {cell} | {vs} |")
+    base10 = median(s, "enqueue_concurrent", "pgbench", "jobs_per_s")
+    for subject in sorted(c10):
+        what = "job_insert" + (" without its pg_notify" if subject.endswith("no-notify") else "")
+        producers = _sizes(doc["meta"]).get("producers", 10)
+        cell = _cell(s, "enqueue_concurrent", subject, "jobs_per_s", ",.0f")
+        v = median(s, "enqueue_concurrent", subject, "jobs_per_s")
+        vs = "–" if subject == "pgbench" or not base10 or v is None else f"{v / base10 - 1:+.1%}"
+        out.append(f"| {what}, {producers} clients | {cell} | {vs} |")
+    if bulk is not None:
+        cell = _cell(s, "enqueue_bulk_1000", "pgbench", "jobs_per_s", ",.0f")
+        out.append(f"| 1,000-row INSERT per transaction, 1 client (rows/s) | {cell} | |")
+    return out
+
+
+def _sweep_table(doc: dict[str, Any]) -> list[str]:
+    table = sweep_table(doc["summary"])
+    if not table:
+        return []
+    subjects = sorted(table, key=_order)
+    levels = sorted({c for by in table.values() for c in by})
+    best = best_of(table)
+    meta = doc["meta"]
+    sizes = _sizes(meta)
+    out = [
+        "",
+        f"Concurrency sweep (drains of {sizes['sweep']:,} jobs, {sizes['sweep_slow']:,} for "
+        f"procrastinate; {meta.get('sweep_reps', 1)} repetition(s); jobs/s, best in bold):",
+        "",
+        "| concurrency | " + " | ".join(subjects) + " |",
+        "|---|" + "---|" * len(subjects),
+    ]
+    for c in levels:
+        cells = []
+        for sub in subjects:
+            v = table[sub].get(c)
+            cell = "–" if v is None else f"{v:,.0f}"
+            cells.append(f"**{cell}**" if best.get(sub) == c else cell)
+        out.append(f"| {c} | " + " | ".join(cells) + " |")
+    return out
 
 
 def _order(subject: str) -> tuple[int, str]:
-    return (0 if subject == "pgqueuer" else 1 if subject == "procrastinate" else 2, subject)
+    family = (
+        0
+        if subject.startswith("pgqueuer")
+        else 1
+        if subject == "procrastinate"
+        else 3
+        if subject.startswith("pgbench")
+        else 2
+    )
+    return (family, subject)
 
 
 def chart(doc: dict[str, Any], path: Path) -> None:
@@ -240,8 +298,8 @@ def chart(doc: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     s = doc["summary"]
-    subjects = sorted({sub for by in s.values() for sub in by}, key=_order)
-    panels = [(k, label.format(**_sizes(doc["meta"]))) for k, label in THROUGHPUT if k in s]
+    subjects = _libraries(s)
+    panels = [(k, _label(label, doc["meta"])) for k, label in THROUGHPUT if k in s]
     if "latency" in s:
         panels.append(("latency", "pickup latency p50 / p99, ms (lower is better)"))
     cols = 3
@@ -271,6 +329,18 @@ def chart(doc: dict[str, Any], path: Path) -> None:
             ax.bar(
                 range(len(names)), med, color=[colors[n] for n in names], yerr=[lo, hi], capsize=3
             )
+            # the pgbench reference of an enqueue measurement, as a line
+            ref_key = "enqueue_bulk_1000" if key == "enqueue_bulk" else key  # its 1,000-row INSERT
+            ref = median(s, ref_key, "pgbench", "jobs_per_s")
+            if ref is not None:
+                ax.axhline(ref, color="black", linestyle="--", linewidth=0.8)
+                ax.annotate(
+                    f"pgbench {ref:,.0f}/s",
+                    (0, ref),
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                    fontsize=6,
+                )
         ax.set_title(label, fontsize=9)
         ax.set_xticks(range(len(names)))
         ax.set_xticklabels(
@@ -288,33 +358,43 @@ def chart(doc: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main() -> None:
-    if len(sys.argv) > 1:
-        path = Path(sys.argv[1])
-    else:
-        files = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
-        # the admin queries' and the observability runs' results (admin_queries.py,
-        # observability.py) have sections of their own
-        files = [f for f in files if "-admin" not in f.name and "-observability" not in f.name]
-        files = [f for f in files if "quick" not in f.name] or files
+def newest_results() -> Path:
+    """The newest results file of a run that compared the libraries (``make bench``)."""
+    files = sorted((ROOT / "benchmarks" / "results").glob("*.json"), reverse=True)
+    # the admin queries', the dashboard's and the observability runs' results have sections of
+    # their own; quick runs check the harness, not speed
+    files = [f for f in files if not any(x in f.name for x in ("-admin", "-observability", "-web"))]
+    for f in [f for f in files if "quick" not in f.name] or files:
+        text = f.read_text()
         # a before/after comparison (pgqueue-base/ subjects, docs/benchmarks.md's "Before and
-        # after a change") measures one change, not pgqueue against its peers
-        files = [f for f in files if "pgqueue-base/" not in f.read_text()]
-        if not files:
-            raise SystemExit("no results in benchmarks/results/: run `make bench` first")
-        path = files[-1]
+        # after a change") measures one change, not pgqueue against its peers; a sweep alone
+        # has no table
+        if "pgqueue-base/" in text:
+            continue
+        if '"enqueue_single"' in text or '"drain_best"' in text:
+            return f
+    raise SystemExit("no results in benchmarks/results/: run `make bench` first")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("results", nargs="?", type=Path, help="default: the newest full run")
+    parser.add_argument("--doc", type=Path, default=DOC, help="the page to rewrite")
+    parser.add_argument("--chart", type=Path, default=CHART, help="the chart to write")
+    args = parser.parse_args()
+    path = args.results or newest_results()
     doc = json.loads(path.read_text())
     source = (
         str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path)
     )
-    text = DOC.read_text()
+    text = args.doc.read_text()
     if BEGIN not in text or END not in text:
-        raise SystemExit(f"{DOC} lacks the {BEGIN} / {END} markers")
+        raise SystemExit(f"{args.doc} lacks the {BEGIN} / {END} markers")
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    DOC.write_text(f"{head}{BEGIN}\n{tables(doc, source)}\n{END}{tail}")
-    chart(doc, CHART)
-    print(f"updated {DOC.relative_to(ROOT)} and {CHART.relative_to(ROOT)} from {source}")
+    args.doc.write_text(f"{head}{BEGIN}\n{tables(doc, source)}\n{END}{tail}")
+    chart(doc, args.chart)
+    print(f"updated {args.doc} and {args.chart} from {source}")
 
 
 if __name__ == "__main__":
