@@ -73,13 +73,17 @@ $(BENCH_STAMP): pyproject.toml benchmarks/requirements.txt
 	touch $(BENCH_STAMP)
 
 .PHONY: bench
-bench: $(BENCH_STAMP) ## Benchmarks vs PGQueuer and procrastinate (~1 h; BENCH_ARGS="--help")
+bench: $(BENCH_STAMP) ## Benchmarks vs PGQueuer, procrastinate and pgbench (~2 h; BENCH_ARGS="--help")
 	$(BENCH_VENV)/bin/python -m benchmarks.run $(BENCH_ARGS)
 	$(BENCH_VENV)/bin/python -m benchmarks.report
 
 .PHONY: bench-quick
 bench-quick: $(BENCH_STAMP) ## A few-minute smoke run of the benchmarks (not for numbers)
 	$(BENCH_VENV)/bin/python -m benchmarks.run --quick $(BENCH_ARGS)
+
+.PHONY: bench-sweep
+bench-sweep: $(BENCH_STAMP) ## Each library's drain at concurrency 10-500: the best concurrency of later runs (~10 min)
+	$(BENCH_VENV)/bin/python -m benchmarks.run --scenarios sweep $(BENCH_ARGS)
 
 .PHONY: bench-admin
 bench-admin: $(BENCH_STAMP) ## Admin API reads on 1M finished + 100k pending jobs (~1 min; BENCH_ARGS="--help")
