@@ -51,11 +51,15 @@ MODES: dict[str, tuple[str, str, bool]] = {
 }
 
 
-#: ``client.run(queues, until_empty=True)`` (issue 19): the worker returns once no job is due
-#: and none runs, outcomes written, so the harness takes a drain's end from the worker. Checked
-#: rather than assumed: a ``pgqueue-base/`` tree from before it is drained by polling.
-UNTIL_EMPTY = "until_empty" in inspect.signature(pgqueue.AsyncClient.run).parameters and (
-    "until_empty" in inspect.signature(pgqueue.Client.run).parameters
+#: Until-empty runs (issue 19; ``client.run(queues, until_empty=True)``, ``pgqueue worker
+#: --until-empty``): the runtime requests its own stop once no job is due and none runs, every
+#: outcome written. The worker tells the drain's end at that request (``start(until_empty=True)``
+#: then ``runtime.wait_stopping()``, what ``run`` does), before the shutdown that ``run`` then
+#: does, so that pgqueue's drains end where the peers' do: when the last outcome is written.
+#: Checked rather than assumed: a ``pgqueue-base/`` tree from before it is drained by polling.
+UNTIL_EMPTY = all(
+    "until_empty" in inspect.signature(fn).parameters
+    for fn in (pgqueue.AsyncClient.run, pgqueue.AsyncClient.start, pgqueue.Client.start)
 )
 
 
@@ -250,8 +254,13 @@ class PgQueueSubject(Subject):
         if not self.is_async:
             with self._sync_client() as client:
                 if emptied is not None:
-                    client.run(queues, until_empty=True)
+                    client.start(queues, until_empty=True)
+                    runtime = client.runtime
+                    assert runtime is not None
+                    while not runtime.wait_stopping(0.5):
+                        pass
                     emptied()
+                    client.stop()
                     stop.wait()
                     return
                 client.start(queues)
@@ -262,8 +271,13 @@ class PgQueueSubject(Subject):
         async def run() -> None:
             async with await self._async_client() as client:
                 if emptied is not None:
-                    await client.run(queues, until_empty=True)
+                    await client.start(queues, until_empty=True)
+                    runtime = client.runtime
+                    assert runtime is not None
+                    while not await runtime.wait_stopping(0.5):
+                        pass
                     emptied()
+                    await client.stop()
                     while not stop.is_set():
                         await asyncio.sleep(0.05)
                     return
