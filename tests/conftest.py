@@ -2,11 +2,13 @@
 
 Tests talk to a real PostgreSQL: ``$PGQUEUE_TEST_DSN`` (default
 ``postgresql://postgres@127.0.0.1:5432/postgres``) must let us create databases. Each run creates
-its own database and drops it at the end; each test gets its own schema inside it.
+its own database and drops it at the end; each test gets its own schema inside it. Under
+pytest-xdist (``make test``) each test process is a run: it has a database of its own.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import time
 import uuid
@@ -22,6 +24,32 @@ from psycopg.conninfo import conninfo_to_dict
 import pgqueue
 
 ADMIN_DSN = os.environ.get("PGQUEUE_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+# The commands the tests run print their tables at the width of no terminal, unless a test says
+# otherwise: a terminal size handed down is not theirs. (Python's readline, once imported,
+# exports COLUMNS=80 and LINES=24 to the processes started after: pytest-xdist's test processes.)
+for _size in ("COLUMNS", "LINES"):
+    os.environ.pop(_size, None)
+
+
+def _utf8(text: str) -> str:
+    """``text``, with what UTF-8 cannot encode (a lone surrogate) as a backslash escape."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """In a pytest-xdist test process, make each report's text fit for the trip to the controller.
+
+    Some tests log (or fail on) a lone surrogate, a hostile job's exception text; execnet sends
+    UTF-8 only, and a report it cannot send ends the test process with an internal error.
+    """
+    report = yield
+    if hasattr(item.config, "workerinput"):  # a pytest-xdist worker
+        report.sections = [(title, _utf8(text)) for title, text in report.sections]
+        if report.failed and _utf8(text := str(report.longrepr)) != text:
+            report.longrepr = _utf8(text)
+    return report
 
 
 @pytest.fixture(scope="session")
@@ -42,6 +70,20 @@ def database_url() -> Iterator[str]:
             admin.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+
+@pytest.fixture
+def many_connections(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Taken by a test that opens tens of connections at once: no two such tests run at the same
+    time, in any of the run's test processes (the server allows 100 connections; the others
+    stay under about 25 each).
+    """
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the run's, above each test process's own
+    with open(shared / "many-connections.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 class Db:

@@ -41,11 +41,21 @@ def build(args: list[str], cwd: Path) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
+# What a checkout has that a clean clone would not: the sdist is built from a copy without them.
+# (Building in the working tree itself would write pgqueue.egg-info/ and a release tree into it
+# while other tests, and other people, read the tree.)
+NOT_COPIED = shutil.ignore_patterns(
+    ".git", ".venv*", "*.egg-info", "build", "dist", "__pycache__", ".*_cache"
+)
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     pytest.importorskip("build")
     out = tmp_path_factory.mktemp("dist")
-    build(["--sdist", "--outdir", str(out), str(ROOT)], ROOT)
+    source = tmp_path_factory.mktemp("checkout") / "pgqueue"
+    shutil.copytree(ROOT, source, ignore=NOT_COPIED, symlinks=True)
+    build(["--sdist", "--outdir", str(out), str(source)], source)
     (sdist,) = out.glob("pgqueue-*.tar.gz")
     with tarfile.open(sdist) as tar:
         names = tar.getnames()

@@ -91,6 +91,7 @@ def status_of(db, jobs_table: str, job_id: int) -> tuple[Any, ...]:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("many_connections")  # three workers of 8 slots: ~40 connections
 def test_10k_jobs_across_3_processes_run_exactly_once(
     workers: Workers, client: pgqueue.Client, db, jobs_table: str, runs: str
 ) -> None:

@@ -171,9 +171,10 @@ async def test_advisory_lock_is_exclusive(driver: pgqueue.AsyncDriver, db) -> No
         assert lock.key == key
         assert await lock.is_held()
         assert await driver.try_advisory_lock(key) is None
-        holder = db.value(
+        holder = db.value(  # in this database: other test processes may hold the same key
             "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
-            "AND classid::bigint = $1 AND objid::bigint = $2",
+            "AND classid::bigint = $1 AND objid::bigint = $2 "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
             ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF),
         )
         assert holder == lock.backend_pid
