@@ -1,7 +1,8 @@
 """Job classes whose data or behaviour is hostile to the runtime (issue: a worker must never wedge).
 
 Not generated: both suites run the sync and the ``async def`` variants. ``RUNS[token]`` counts
-the runs of each job; ``ENDED[token]`` is set when a job that outlives its timeout returns.
+the runs of each job; ``ENDED[token]`` is set when a job that outlives its timeout returns;
+setting ``RELEASE[token]`` lets it return before its time is up.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pgqueue
 
 RUNS: defaultdict[str, list[tuple[int, int]]] = defaultdict(list)
 ENDED: defaultdict[str, threading.Event] = defaultdict(threading.Event)
+RELEASE: defaultdict[str, threading.Event] = defaultdict(threading.Event)
 
 
 class UnprintableError(Exception):
@@ -79,7 +81,7 @@ class ARaiseUnprintable(pgqueue.Worker):
 
 @dataclass
 class SwallowCancel(pgqueue.Worker):
-    """A coroutine that ignores cancellation and returns after ``seconds``."""
+    """A coroutine that ignores cancellation and returns after ``seconds`` (or once released)."""
 
     token: str
     seconds: float
@@ -87,9 +89,10 @@ class SwallowCancel(pgqueue.Worker):
     async def process(self, ctx: pgqueue.JobContext) -> None:
         RUNS[self.token].append((ctx.id, ctx.attempt))
         deadline = time.monotonic() + self.seconds
-        while time.monotonic() < deadline:
+        released = RELEASE[self.token]
+        while not released.is_set() and (left := deadline - time.monotonic()) > 0:
             with contextlib.suppress(asyncio.CancelledError):  # the hostile part
-                await asyncio.sleep(deadline - time.monotonic())
+                await asyncio.sleep(min(left, 0.05))
         ENDED[self.token].set()
 
 
