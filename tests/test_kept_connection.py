@@ -2,8 +2,9 @@
 
 On the drivers that build their own pool from a URL: asyncpg, psycopg async and psycopg sync.
 What must hold: statements reuse kept connections, all but one of the pool's at most; a caller
-waiting for the pool is never left waiting while a connection sits kept; a failed, cancelled or killed statement's
-connection goes back to the pool (and a dead one is replaced); close() gives it back.
+waiting for the pool is never left waiting while a connection sits kept; a failed, cancelled or
+killed statement's connection goes back to the pool (and a dead one is replaced); close() gives
+them back.
 """
 
 from __future__ import annotations
@@ -63,15 +64,18 @@ async def test_single_statements_reuse_the_kept_connection(database_url: str, mo
 async def test_concurrent_statements_keep_their_connections_up_to_all_but_one(
     database_url: str, mode: str
 ) -> None:
-    driver = await ASYNC_CONNECTS[mode](database_url, min_size=1, max_size=4)
+    # a pool of 4, all open from the start: three statements at once borrow without waiting
+    driver = await ASYNC_CONNECTS[mode](database_url, min_size=4, max_size=4)
     try:
         sleep_then_pid = "SELECT pg_backend_pid() FROM pg_sleep(0.05)"
         first = await asyncio.gather(*(driver.query(sleep_then_pid) for _ in range(3)))
-        assert _idle_in_pool(driver) == 0  # all three kept, none back in the pool
+        assert len(driver._hot._kept) == 3  # all three kept
+        assert _idle_in_pool(driver) == 1
         again = await asyncio.gather(*(driver.query(sleep_then_pid) for _ in range(3)))
         assert {_pid_of(r) for r in again} == {_pid_of(r) for r in first}
         # four at once: the pool's last connection is lent, and not kept afterwards
         await asyncio.gather(*(driver.query(sleep_then_pid) for _ in range(4)))
+        assert len(driver._hot._kept) == 3
         assert _idle_in_pool(driver) == 1
     finally:
         await asyncio.wait_for(driver.close(), 10)
