@@ -102,6 +102,10 @@ bench-admin: $(BENCH_STAMP) ## Admin API reads on 1M finished + 100k pending job
 bench-web: $(BENCH_STAMP) ## The dashboard's jobs page on 1M finished + 100k pending jobs, over HTTP (~30 s; BENCH_ARGS="--help")
 	$(BENCH_VENV)/bin/python -m benchmarks.web_jobs_page $(BENCH_ARGS)
 
+.PHONY: bench-copy-threshold
+bench-copy-threshold: $(BENCH_STAMP) ## INSERT of arrays vs COPY per driver mode and batch size: where COPY_MIN belongs (~5 min; BENCH_ARGS="--help")
+	$(BENCH_VENV)/bin/python -m benchmarks.copy_threshold $(BENCH_ARGS)
+
 .PHONY: bench-observability
 bench-observability: $(BENCH_STAMP) ## Drain cost of the events seam, Prometheus, OpenTelemetry (~4 min; BENCH_ARGS="--help")
 	$(BENCH_VENV)/bin/python -m benchmarks.observability $(BENCH_ARGS)
