@@ -282,3 +282,36 @@ async def test_an_autocommit_async_engine_is_refused(database_url: str, dialect:
         assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
     finally:
         await engine.dispose()
+
+
+def test_an_unreachable_server_is_connection_lost(database_url: str) -> None:
+    # engine.raw_connection() lets the library's connect error through unwrapped (a server
+    # restarting): the fast path says ConnectionLost, as the Connection path does
+    engine = create_engine(_unreachable(database_url, "psycopg"))
+    driver = SQLAlchemyDriver(engine)
+    try:
+        with pytest.raises(pgqueue.ConnectionLost):
+            driver.query("SELECT 1")
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("dialect", ["psycopg", "asyncpg"])
+async def test_an_unreachable_server_is_connection_lost_async(
+    database_url: str, dialect: str
+) -> None:
+    engine = create_async_engine(_unreachable(database_url, dialect))
+    driver = AsyncSQLAlchemyDriver(engine)
+    try:
+        with pytest.raises(pgqueue.ConnectionLost):
+            await driver.query("SELECT 1")
+    finally:
+        await engine.dispose()
+
+
+def _unreachable(database_url: str, dialect: str) -> str:
+    """The test database's URL with a port nothing listens on, for ``dialect``."""
+    rest = database_url.split("://", 1)[1]
+    user_host, _, path = rest.partition("/")
+    user, _, _hostport = user_host.rpartition("@")
+    return f"postgresql+{dialect}://{user + '@' if user else ''}127.0.0.1:1/{path}"

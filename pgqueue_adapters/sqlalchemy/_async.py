@@ -39,7 +39,7 @@ from pgqueue.driver import (
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError, DriverNotInstalled
 
 from .._hot import HotConnection
-from ._errors import DB_ERRORS, translate_error
+from ._errors import DB_ERRORS, dbapi_error, translate_checkout_error, translate_error
 from ._native import AUTOCOMMIT_REFUSAL, native_idle, watched
 from ._placeholders import bind_params
 from ._shared import Side, describe, engine_url, unscope
@@ -236,8 +236,9 @@ class AsyncSQLAlchemyDriver:
         try:
             with self._hot.waiting():
                 pooled = await engine.raw_connection()
-        except DB_ERRORS as exc:
-            raise translate_error(exc) from exc
+        except (*DB_ERRORS, dbapi_error(engine.dialect)) as exc:
+            # the pool lets the library's own connect errors through (see _errors.py)
+            raise translate_checkout_error(exc, engine.dialect) from exc
         autocommit = getattr(pooled.dbapi_connection, "autocommit", False) is True
         if autocommit or not native_idle(pooled.driver_connection):
             await _give_back(pooled, ran=False)

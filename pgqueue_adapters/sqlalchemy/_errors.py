@@ -6,12 +6,14 @@ connection, are translated by the psycopg and asyncpg adapters' library modules.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import exc as sa_exc
 
 from pgqueue.driver import LOST_SQLSTATES
 from pgqueue.errors import ConnectionLost, DatabaseError
 
-__all__ = ["DB_ERRORS", "translate_error"]
+__all__ = ["DB_ERRORS", "dbapi_error", "translate_checkout_error", "translate_error"]
 
 DB_ERRORS = (sa_exc.DBAPIError, sa_exc.TimeoutError, OSError)
 """What statements and connection checkouts raise: SQLAlchemy wraps the DBAPI's errors, but
@@ -52,3 +54,23 @@ def translate_error(exc: BaseException) -> DatabaseError:
     if lost:
         return ConnectionLost(f"lost the database connection: {message}", state)
     return DatabaseError(message, state, constraint)
+
+
+def translate_checkout_error(exc: BaseException, dialect: Any) -> DatabaseError:
+    """Map what checking a connection out of an engine's pool raised to pgqueue's errors.
+
+    ``engine.raw_connection()`` lets the DBAPI's own connect error through unwrapped (a server
+    shutting down or restarting: ``psycopg.OperationalError``), where ``engine.connect()``
+    wraps it; it is wrapped here the same way first.
+    """
+    dbapi = getattr(dialect, "loaded_dbapi", None)
+    base = getattr(dbapi, "Error", None)
+    if base is not None and isinstance(exc, base) and not isinstance(exc, sa_exc.DBAPIError):
+        exc = sa_exc.DBAPIError.instance(None, None, exc, base, dialect=dialect)
+    return translate_error(exc)
+
+
+def dbapi_error(dialect: Any) -> type[BaseException]:
+    """Return the base class of the errors of ``dialect``'s DBAPI module (``Error``)."""
+    base = getattr(getattr(dialect, "loaded_dbapi", None), "Error", None)
+    return base if isinstance(base, type) and issubclass(base, BaseException) else sa_exc.DBAPIError
