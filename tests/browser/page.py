@@ -9,7 +9,12 @@ import pytest
 
 pytest.importorskip("selenium", reason="selenium is not installed (pip install -e '.[dev]')")
 
-from selenium.common.exceptions import NoAlertPresentException, WebDriverException
+from selenium.common.exceptions import (
+    NoAlertPresentException,
+    NoSuchElementException,
+    StaleElementReferenceException,
+    WebDriverException,
+)
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
@@ -47,6 +52,26 @@ def wait(driver: WebDriver, what: str, check: Any, timeout: float = 20) -> Any:
             cause = f" (last: {type(last).__name__}: {str(last.msg)[:300]})" if last else ""
             raise AssertionError(f"not within {timeout}s: {what}{cause}")
         time.sleep(0.05)
+
+
+def click(driver: WebDriver, name: str, timeout: float = 20) -> None:
+    """Click the element with ``data-testid=name``, finding it again if a live update replaced it.
+
+    The live pages swap their rows (htmx, on each update the server sends): an element found
+    just before such a swap is stale when clicked. Only errors raised before the click happens
+    (stale, not found) are retried, so a click is never sent twice.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            hook(driver, name).click()
+            return
+        except (StaleElementReferenceException, NoSuchElementException) as exc:
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"not within {timeout}s: a click on {name!r} ({type(exc).__name__})"
+                ) from exc
+            time.sleep(0.05)
 
 
 def assert_nothing_ran(driver: WebDriver) -> None:

@@ -22,7 +22,7 @@ import pgqueue
 from tests._sync.helpers import wait_until
 from tests.browser.harness import Dashboard, Process
 from tests.browser.jobs import Gated, Note
-from tests.browser.page import By, WebDriver, assert_nothing_ran, hook, hooks, wait
+from tests.browser.page import By, WebDriver, assert_nothing_ran, click, hook, hooks, wait
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -88,8 +88,8 @@ def test_filtering_the_jobs_by_status_and_queue(
 ) -> None:
     browser.get(dashboard.url("/jobs"))
     assert len(rows(browser)) == 6
-    hook(browser, "filter-status-failed").click()
-    hook(browser, "filter-apply").click()
+    click(browser, "filter-status-failed")
+    click(browser, "filter-apply")
     failed = [(f"job-row-{jobs['failed']}", "failed")]
     wait(
         browser,
@@ -101,7 +101,7 @@ def test_filtering_the_jobs_by_status_and_queue(
     queue = hook(browser, "filter-queue")
     queue.clear()
     queue.send_keys("held")
-    hook(browser, "filter-apply").click()
+    click(browser, "filter-apply")
     held = [(f"job-row-{jobs['hostile']}", "pending")]
     wait(browser, "only the held job", lambda d: "queue=held" in d.current_url and rows(d) == held)
 
@@ -115,7 +115,7 @@ def test_a_failed_job_retried_runs_and_completes_live(
 ) -> None:
     job_id = jobs["failed"]
     browser.get(dashboard.url("/jobs?status=failed"))
-    hook(browser, f"job-link-{job_id}").click()
+    click(browser, f"job-link-{job_id}")
     wait(browser, "the job's page", lambda d: hooks(d, "job-detail"))
     assert hook(browser, "job-detail").get_attribute("data-job-id") == str(job_id)
     assert hook(browser, "job-status").text == "failed"
@@ -128,7 +128,7 @@ def test_a_failed_job_retried_runs_and_completes_live(
     traceback = hook(browser, "traceback").get_attribute("textContent") or ""
     assert "RuntimeError: retry-me: the first attempt fails" in traceback
 
-    hook(browser, "retry").click()
+    click(browser, "retry")
     # the action answers with the job's page again (303), and a message
     wait(browser, "the retry's message", lambda d: "retried" in hook(d, "flash").text)
     # from here on the page is never reloaded: a mark on its window stays
@@ -161,16 +161,20 @@ def test_pausing_a_queue(
 
     assert paused()["emails"] is False
     browser.get(dashboard.url("/queues"))
-    row = hook(browser, "queue-row-emails")
-    assert row.get_attribute("data-paused") == "no"
-    hook(browser, "pause-emails").click()
+    # the rows are live (swapped on each update): read them through waits, which find again
+    wait(
+        browser,
+        "the queue shown running",
+        lambda d: hook(d, "queue-row-emails").get_attribute("data-paused") == "no",
+    )
+    click(browser, "pause-emails")
     wait(
         browser,
         "the queue shown paused",
         lambda d: hook(d, "queue-row-emails").get_attribute("data-paused") == "yes",
     )
-    assert hook(browser, "resume-emails").is_displayed()
-    assert "paused" in hook(browser, "queue-row-emails").text
+    wait(browser, "the resume button", lambda d: hook(d, "resume-emails").is_displayed())
+    wait(browser, "the row says paused", lambda d: "paused" in hook(d, "queue-row-emails").text)
     assert paused() == {"default": False, "emails": True, "held": False}
 
 
