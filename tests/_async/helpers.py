@@ -1,4 +1,4 @@
-"""Waiting on conditions with deadlines (never bare sleeps)."""
+"""Waiting on conditions with deadlines (never bare sleeps), and reading the jobs table."""
 
 from __future__ import annotations
 
@@ -33,3 +33,8 @@ async def wait_for_state(check: Callable[[], Any], timeout: float = 15.0, what: 
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout}s: {what or check}")
         await sleep(0.05)
+
+
+def statuses(db: Any, table: str) -> dict[str, int]:
+    """How many jobs of ``table`` are in each status."""
+    return dict(db.rows(f"SELECT status, count(*) FROM {table} GROUP BY status"))

@@ -17,7 +17,7 @@ import pytest
 import pgqueue
 from pgqueue.events import AdminAction
 from tests import jobs
-from tests._async.helpers import wait_for_state, wait_until
+from tests._async.helpers import statuses, wait_for_state, wait_until
 from tests._async.test_transactions import Native
 
 pytestmark = pytest.mark.timeout(60)
@@ -45,10 +45,6 @@ async def worker(
 @pytest.fixture
 def token() -> str:
     return uuid.uuid4().hex
-
-
-def statuses(db: Any, table: str) -> dict[str, int]:
-    return dict(db.rows(f"SELECT status, count(*) FROM {table} GROUP BY status"))
 
 
 def snapshot(db: Any, table: str) -> list[tuple[Any, ...]]:

@@ -15,7 +15,7 @@ import pytest
 import pgqueue
 from pgqueue._async.compat import join, spawn
 from tests import jobs
-from tests._async.helpers import wait_until
+from tests._async.helpers import statuses, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -43,10 +43,6 @@ async def worker(
 @pytest.fixture
 def token() -> str:
     return uuid.uuid4().hex
-
-
-def statuses(db, table: str) -> dict[str, int]:
-    return dict(db.rows(f"SELECT status, count(*) FROM {table} GROUP BY status"))
 
 
 async def test_jobs_run_exactly_once(

@@ -15,6 +15,7 @@ import pytest
 
 import pgqueue
 from tests import jobs, until_empty_jobs
+from tests._async.helpers import statuses
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,10 +37,6 @@ async def worker(
 @pytest.fixture
 def token() -> str:
     return uuid.uuid4().hex
-
-
-def statuses(db, table: str) -> dict[str, int]:
-    return dict(db.rows(f"SELECT status, count(*) FROM {table} GROUP BY status"))
 
 
 async def test_runs_every_job_once_then_returns(

@@ -16,7 +16,7 @@ import pytest
 import pgqueue
 from pgqueue._sync.compat import join, spawn
 from tests import jobs
-from tests._sync.helpers import wait_until
+from tests._sync.helpers import statuses, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -42,10 +42,6 @@ def worker(driver: pgqueue.Driver, settings: pgqueue.Settings) -> Iterator[pgque
 @pytest.fixture
 def token() -> str:
     return uuid.uuid4().hex
-
-
-def statuses(db, table: str) -> dict[str, int]:
-    return dict(db.rows(f"SELECT status, count(*) FROM {table} GROUP BY status"))
 
 
 def test_jobs_run_exactly_once(worker: pgqueue.Client, db, jobs_table: str, token: str) -> None:

@@ -17,6 +17,7 @@ import pytest
 
 import pgqueue
 from tests import jobs, until_empty_jobs
+from tests._sync.helpers import statuses
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,10 +37,6 @@ def worker(driver: pgqueue.Driver, settings: pgqueue.Settings) -> Iterator[pgque
 @pytest.fixture
 def token() -> str:
     return uuid.uuid4().hex
-
-
-def statuses(db, table: str) -> dict[str, int]:
-    return dict(db.rows(f"SELECT status, count(*) FROM {table} GROUP BY status"))
 
 
 def test_runs_every_job_once_then_returns(
