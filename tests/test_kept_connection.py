@@ -21,6 +21,7 @@ from pgqueue.errors import DatabaseError
 from pgqueue_adapters.asyncpg import async_connect as asyncpg_connect
 from pgqueue_adapters.psycopg import async_connect as psycopg_async_connect
 from pgqueue_adapters.psycopg import sync_connect as psycopg_sync_connect
+from tests._async.helpers import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -37,6 +38,17 @@ def _pid_of(rows: list[Any]) -> int:
 def _terminate(database_url: str, pid: int) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
+def _sessions(db: Any, state: str, running: str = "") -> int:
+    """How many sessions of the test database are in ``state`` (running ``running``)."""
+    return int(
+        db.value(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND state = $1 AND strpos(query, $2) > 0",
+            (state, running),
+        )
+    )
 
 
 def _idle_in_pool(driver: Any) -> int:
@@ -83,7 +95,7 @@ async def test_concurrent_statements_keep_their_connections_up_to_all_but_one(
 
 @pytest.mark.parametrize("mode", sorted(ASYNC_CONNECTS))
 async def test_a_caller_waiting_for_the_pool_gets_the_connection(
-    database_url: str, mode: str
+    database_url: str, db: Any, mode: str
 ) -> None:
     # Pool of 2. A holds one connection in a transaction until W has run; B's statement holds
     # the other while W starts to wait for the pool. When B ends, its connection must go to W
@@ -104,7 +116,11 @@ async def test_a_caller_waiting_for_the_pool_gets_the_connection(
     try:
         task_a = asyncio.create_task(a())
         b = asyncio.create_task(driver.query("SELECT pg_sleep(0.3)"))
-        await asyncio.sleep(0.1)  # B and A hold both connections (not a wait for a condition)
+        # A holds its transaction open and B's statement runs: both connections are taken
+        await wait_until(
+            lambda: _sessions(db, "idle in transaction") and _sessions(db, "active", "pg_sleep"),
+            what="A in its transaction and B's statement running",
+        )
         await asyncio.wait_for(asyncio.gather(w(), b, task_a), 20)
         assert w_ran.is_set()
     finally:
@@ -113,7 +129,7 @@ async def test_a_caller_waiting_for_the_pool_gets_the_connection(
 
 @pytest.mark.parametrize("mode", sorted(ASYNC_CONNECTS))
 async def test_failed_cancelled_and_killed_statements_give_their_connection_back(
-    database_url: str, mode: str
+    database_url: str, db: Any, mode: str
 ) -> None:
     driver = await ASYNC_CONNECTS[mode](database_url, min_size=1, max_size=2)
     try:
@@ -121,7 +137,9 @@ async def test_failed_cancelled_and_killed_statements_give_their_connection_back
             with pytest.raises(DatabaseError):
                 await driver.query("SELECT 1 / 0")
         slow = asyncio.create_task(driver.query("SELECT pg_sleep(5)"))
-        await asyncio.sleep(0.2)
+        await wait_until(
+            lambda: _sessions(db, "active", "pg_sleep(5)"), what="the statement running"
+        )
         slow.cancel()
         with pytest.raises(asyncio.CancelledError):
             await slow
