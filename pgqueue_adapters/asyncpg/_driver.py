@@ -156,7 +156,7 @@ class AsyncpgDriver:
     @asynccontextmanager
     async def _idle_connection(self) -> AsyncIterator[Any]:
         if self._pool is not None:
-            # The connection kept from the last statement, else one from the pool (_hot.py).
+            # A connection kept from an earlier statement, else one from the pool (_hot.py).
             hot = self._hot.take()
             if hot is None:
                 try:

@@ -107,7 +107,7 @@ class AsyncPsycopgDriver:
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[AsyncConnection[Any]]:
         if self._pool is not None and self._hot.enabled:
-            # The connection kept from the last statement, else one from the pool (_hot.py).
+            # A connection kept from an earlier statement, else one from the pool (_hot.py).
             hot = self._hot.take()
             if hot is None:
                 with self._hot.waiting():

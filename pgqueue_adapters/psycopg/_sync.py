@@ -106,7 +106,7 @@ class PsycopgDriver:
     @contextmanager
     def _connection(self) -> Iterator[Connection[Any]]:
         if self._pool is not None and self._hot.enabled:
-            # The connection kept from the last statement, else one from the pool (_hot.py).
+            # A connection kept from an earlier statement, else one from the pool (_hot.py).
             hot = self._hot.take()
             if hot is None:
                 with self._hot.waiting():

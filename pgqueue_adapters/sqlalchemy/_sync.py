@@ -121,8 +121,8 @@ class SQLAlchemyDriver:
     """``Driver`` over SQLAlchemy 2: an ``Engine``, or one ``Connection`` (locked).
 
     Every statement outside ``with_tx`` runs in its own transaction and commits (on an engine,
-    in autocommit: one round trip, see _native.py; a driver that owns its engine keeps one
-    connection out of the pool between such statements, see pgqueue_adapters/_hot.py).
+    in autocommit: one round trip, see _native.py; a driver that owns its engine keeps
+    connections out of the pool between such statements, see pgqueue_adapters/_hot.py).
     Listeners and advisory locks always get a dedicated connection of the dialect's library
     (psycopg or asyncpg), opened from the engine's URL: connection arguments given to the
     engine in other ways (``connect_args``, ``do_connect`` events) do not reach it. ``close()``
@@ -208,7 +208,7 @@ class SQLAlchemyDriver:
     def _native_checkout(self, engine: sa.Engine) -> tuple[PoolProxiedConnection, float] | None:
         """Return a connection in autocommit for the fast path, and when it left the pool.
 
-        The connection kept from the last statement (_hot.py), else one from the pool; ``None``
+        A connection kept from an earlier statement (_hot.py), else one from the pool; ``None``
         when the pool's is inside a transaction (a pool that does not reset on return): the
         ``Connection`` path ends that.
         """
