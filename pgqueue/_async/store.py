@@ -346,9 +346,12 @@ class AsyncStore(AsyncPeriodicStore):
         """Mark the instance as the leader (and no other)."""
         await self._exec(self._q.instance_set_leader, (instance_id,))
 
-    async def instance_remove_stale(self, older_than: float) -> list[uuid.UUID]:
-        """Remove instances whose heartbeat is older than ``older_than`` seconds; their ids."""
-        rows = await self._query(self._q.instance_remove_stale, (older_than,))
+    async def instance_remove_stale(self, older_than: float, leader: uuid.UUID) -> list[uuid.UUID]:
+        """Remove instances whose heartbeat is older than ``older_than`` seconds; their ids.
+
+        ``leader``, the instance asking, is never removed: it is alive.
+        """
+        rows = await self._query(self._q.instance_remove_stale, (older_than, leader))
         return [row[0] for row in rows]
 
     # -- maintenance --------------------------------------------------------------------------

@@ -323,9 +323,13 @@ UPDATE {{schema}}.{{instances}} SET is_leader = (instance_id = $1)
 WHERE is_leader OR instance_id = $1;
 
 -- name: instance_remove_stale
--- Instances whose heartbeat is older than $1 seconds are presumed dead.
+-- Instances whose heartbeat is older than $1 seconds are presumed dead, except the leader's own
+-- ($2): it is running this statement, so it is alive. Its heartbeat can still be stale (a
+-- network outage longer than rescue_after that the leader's connection came back from first);
+-- presuming itself dead would rescue the jobs it is running and run them a second time, while
+-- its next beat is moments away.
 DELETE FROM {{schema}}.{{instances}}
-WHERE heartbeat_at < now() - $1::float8 * interval '1 second'
+WHERE heartbeat_at < now() - $1::float8 * interval '1 second' AND instance_id <> $2
 RETURNING instance_id;
 
 -- name: job_rescue

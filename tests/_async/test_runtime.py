@@ -603,6 +603,46 @@ async def test_a_cancel_request_survives_a_rescue(
     assert [i for i, _ in jobs.RUNS[token]] == [other.id]
 
 
+async def test_the_leader_never_presumes_its_own_instance_dead(
+    worker: pgqueue.AsyncClient, db, jobs_table: str, token: str
+) -> None:
+    # After an outage longer than rescue_after, the leader's connection can come back before the
+    # heartbeat's: its own row is then stale. It must not remove it and rescue the jobs it is
+    # running (they would run twice). The heartbeat is made rare so the row stays stale.
+    config = pgqueue.RuntimeConfig(
+        poll_interval=0.2,
+        heartbeat_interval=5.0,
+        rescue_after=10.5,
+        leader_interval=0.2,
+        completed_retention=60,
+        shutdown_timeout=5.0,
+    )
+    h = await worker.add_job(jobs.Block(token=token, seconds=30))
+    await worker.start(config=config)
+    await wait_until(lambda: jobs.RUNS[token], what="started")
+    instances = f'"{worker.settings.schema}"."{worker.settings.prefix}instances"'
+    # SKIP LOCKED, tried again: a beat's transaction may hold the row, and on a caller's
+    # connection it commits only when the event loop (which a blocked wait here would hold) runs
+    backdate = (
+        f"UPDATE {instances} SET heartbeat_at = now() - interval '1 hour' WHERE instance_id IN "
+        f"(SELECT instance_id FROM {instances} FOR UPDATE SKIP LOCKED) RETURNING instance_id"
+    )
+    await wait_until(lambda: db.rows(backdate), what="the heartbeat backdated")
+    # a finished job past its retention: its removal shows that a maintenance pass ran since
+    db.rows(
+        f"INSERT INTO {jobs_table} (kind, queue, payload, status, finished_at) "
+        "VALUES ('record', 'default', '{}', 'completed', now() - interval '2 minutes')"
+    )
+    await wait_until(
+        lambda: statuses(db, jobs_table) == {"processing": 1}, what="a maintenance pass"
+    )
+    assert db.value(f"SELECT count(*) FROM {instances}") == 1
+    info = await worker.get_job(h.id)
+    assert info is not None
+    assert (info.status, info.attempts, info.errors) == ("processing", 1, [])
+    assert len(jobs.RUNS[token]) == 1
+
+
 async def test_last_error_is_cut_at_2000_characters(
     worker: pgqueue.AsyncClient, db, jobs_table: str, token: str
 ) -> None:

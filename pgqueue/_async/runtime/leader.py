@@ -89,7 +89,7 @@ class AsyncLeader:
     async def maintain(self) -> None:
         """Run the leader's duties once: rescue, retention cleanup, unique-lock and tick expiry."""
         store, config = self._store, self._config
-        stale = await store.instance_remove_stale(config.rescue_after)
+        stale = await store.instance_remove_stale(config.rescue_after, self._instance_id)
         if stale:
             logger.warning("instances presumed dead: %s", ", ".join(map(str, stale)))
         for _ in range(_MAX_MAINTENANCE_ROUNDS):
