@@ -82,7 +82,7 @@ $(BENCH_STAMP): pyproject.toml benchmarks/requirements.txt
 	touch $(BENCH_STAMP)
 
 .PHONY: bench
-bench: $(BENCH_STAMP) ## Benchmarks vs PGQueuer, procrastinate and pgbench (~2 h; BENCH_ARGS="--help")
+bench: $(BENCH_STAMP) ## Benchmarks vs PGQueuer, procrastinate and pgbench (~1 h 15 min; BENCH_ARGS="--help")
 	$(BENCH_VENV)/bin/python -m benchmarks.run $(BENCH_ARGS)
 	$(BENCH_VENV)/bin/python -m benchmarks.report
 
@@ -105,6 +105,10 @@ bench-web: $(BENCH_STAMP) ## The dashboard's jobs page on 1M finished + 100k pen
 .PHONY: bench-copy-threshold
 bench-copy-threshold: $(BENCH_STAMP) ## INSERT of arrays vs COPY per driver mode and batch size: where COPY_MIN belongs (~5 min; BENCH_ARGS="--help")
 	$(BENCH_VENV)/bin/python -m benchmarks.copy_threshold $(BENCH_ARGS)
+
+.PHONY: bench-enqueue-profile
+bench-enqueue-profile: $(BENCH_STAMP) ## Where an enqueue's time goes: wall, client CPU, server CPU per job, and a profile (~3 min; BENCH_ARGS="--help")
+	$(BENCH_VENV)/bin/python -m benchmarks.enqueue_profile $(BENCH_ARGS)
 
 .PHONY: bench-observability
 bench-observability: $(BENCH_STAMP) ## Drain cost of the events seam, Prometheus, OpenTelemetry (~4 min; BENCH_ARGS="--help")

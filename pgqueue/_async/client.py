@@ -41,8 +41,10 @@ __all__ = ["AsyncClient", "AsyncInsertHook"]
 # Rows per job_insert_many statement: large enough to amortise the round trip, small enough to
 # keep the arrays of one statement to a few MB.
 INSERT_CHUNK = 5000
-# From this many jobs, add_jobs loads them with COPY when the driver can.
-COPY_MIN = 2000
+# From this many jobs, add_jobs loads them with COPY when the driver can. Measured, not guessed
+# (`make bench-copy-threshold`, docs/benchmarks.md): COPY was faster in every driver mode at
+# 1,000 jobs and above (one tie at 2,000), the INSERT of arrays at 500 on asyncpg.
+COPY_MIN = 1000
 
 JobSpec = Worker | tuple[Worker, JobOptions | None]
 """An item of ``add_jobs``: a job, or a job with options for that job alone."""
