@@ -110,6 +110,10 @@ bench-copy-threshold: $(BENCH_STAMP) ## INSERT of arrays vs COPY per driver mode
 bench-enqueue-profile: $(BENCH_STAMP) ## Where an enqueue's time goes: wall, client CPU, server CPU per job, and a profile (~3 min; BENCH_ARGS="--help")
 	$(BENCH_VENV)/bin/python -m benchmarks.enqueue_profile $(BENCH_ARGS)
 
+.PHONY: bench-claim-plan
+bench-claim-plan: $(BENCH_STAMP) ## The claim statement alone, no history vs 1M finished rows: timings and EXPLAIN (~1 min)
+	$(BENCH_VENV)/bin/python -m benchmarks.claim_plan
+
 .PHONY: bench-observability
 bench-observability: $(BENCH_STAMP) ## Drain cost of the events seam, Prometheus, OpenTelemetry (~4 min; BENCH_ARGS="--help")
 	$(BENCH_VENV)/bin/python -m benchmarks.observability $(BENCH_ARGS)
