@@ -13,7 +13,6 @@ plan has settled on its generic form) and keeps the median round trip, then one 
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import time
 import uuid
@@ -25,6 +24,7 @@ import psycopg
 import pgqueue
 
 from .report import ROOT
+from .scratch import ADMIN_DSN, commit_stamp, scratch_database
 
 RESULTS = ROOT / "benchmarks" / "results"
 HISTORIES = (0, 1_000_000)
@@ -33,17 +33,7 @@ PENDING = 20_000
 
 def measure(admin_dsn: str, history: int) -> dict[str, Any]:
     """Claim timings and the plan on a fresh database with ``history`` finished jobs."""
-    name = f"pgqueue_bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    info = psycopg.conninfo.conninfo_to_dict(admin_dsn)
-    dsn = "postgresql://{user}@{host}:{port}/{db}".format(
-        user=info.get("user", "postgres"),
-        host=info.get("host", "127.0.0.1"),
-        port=info.get("port", 5432),
-        db=name,
-    )
-    try:
+    with scratch_database(admin_dsn) as dsn:
         with pgqueue.Client.connect(dsn, driver="psycopg") as client:
             client.migrate()
             claim_sql = client._store._q.job_claim
@@ -96,15 +86,11 @@ def measure(admin_dsn: str, history: int) -> dict[str, Any]:
             "table_mb": size[0] / 1e6 if size else None,
             "plan": plan,
         }
-    finally:
-        with psycopg.connect(admin_dsn, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def main() -> None:
     """Measure each history size, print the comparison, write the results file."""
-    admin = os.environ.get("PGQUEUE_BENCH_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
-    runs = [measure(admin, h) for h in HISTORIES]
+    runs = [measure(ADMIN_DSN, h) for h in HISTORIES]
     for r in runs:
         print(
             f"{r['history']:>9,} finished rows ({r['table_mb']:.0f} MB): claim of 10 "
@@ -114,7 +100,11 @@ def main() -> None:
         )
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-claim-plan.json"
-    meta = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "pending": PENDING}
+    meta = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "commit": commit_stamp(),
+        "pending": PENDING,
+    }
     path.write_text(json.dumps({"meta": meta, "runs": runs}, indent=1) + "\n")
     print(f"results: {path.relative_to(ROOT)}")
 

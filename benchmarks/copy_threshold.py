@@ -20,7 +20,6 @@ import json
 import os
 import statistics
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,18 +30,11 @@ import pgqueue
 from pgqueue._async.client import COPY_MIN
 
 from .report import ROOT, docs_section_write
+from .scratch import ADMIN_DSN, MODES, commit_stamp, mode_url, scratch_database
 
 RESULTS = ROOT / "benchmarks" / "results"
 BEGIN, END = "<!-- copy-threshold:begin -->", "<!-- copy-threshold:end -->"
 
-# mode -> (driver, URL scheme, asyncio?)
-MODES: dict[str, tuple[str, str, bool]] = {
-    "asyncpg": ("asyncpg", "postgresql", True),
-    "psycopg-async": ("psycopg", "postgresql", True),
-    "psycopg-sync": ("psycopg", "postgresql", False),
-    "sqlalchemy-async": ("sqlalchemy", "postgresql+asyncpg", True),
-    "sqlalchemy-sync": ("sqlalchemy", "postgresql+psycopg", False),
-}
 PATHS = ("insert", "copy")
 
 
@@ -55,10 +47,6 @@ class Noop(pgqueue.Worker):
 
     def process(self, ctx: pgqueue.JobContext) -> None:
         """Do nothing (never run here)."""
-
-
-def _url(dsn: str, scheme: str) -> str:
-    return scheme + dsn[dsn.index("://") :]
 
 
 def _time_async(url: str, driver: str, size: int, jobs: int, path: str) -> float:
@@ -94,27 +82,17 @@ def _time_sync(url: str, driver: str, size: int, jobs: int, path: str) -> float:
 
 def measure(admin_dsn: str, modes: list[str], sizes: list[int], jobs: int, reps: int) -> Any:
     """Return {mode: {size: {path: [jobs/s per rep]}}}, on one fresh database."""
-    name = f"pgqueue_bench_{uuid.uuid4().hex[:10]}"
-    info = psycopg.conninfo.conninfo_to_dict(admin_dsn)
-    dsn = "postgresql://{user}@{host}:{port}/{db}".format(
-        user=info.get("user", "postgres"),
-        host=info.get("host", "127.0.0.1"),
-        port=info.get("port", 5432),
-        db=name,
-    )
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
     out: dict[str, dict[int, dict[str, list[float]]]] = {}
-    try:
+    with scratch_database(admin_dsn) as dsn:
         with pgqueue.Client.connect(dsn, driver="psycopg") as client:
             client.migrate()
         for rep in range(reps):
             for mode in modes:
-                driver, scheme, is_async = MODES[mode]
+                driver, _scheme, is_async = MODES[mode]
                 for size in sizes:
                     for path in PATHS if rep % 2 == 0 else PATHS[::-1]:
                         timer = _time_async if is_async else _time_sync
-                        rate = timer(_url(dsn, scheme), driver, size, jobs, path)
+                        rate = timer(mode_url(dsn, mode), driver, size, jobs, path)
                         out.setdefault(mode, {}).setdefault(size, {}).setdefault(path, [])
                         out[mode][size][path].append(rate)
                         print(f"rep {rep} {mode:17} {size:6,} {path:6} {rate:10,.0f} jobs/s")
@@ -122,9 +100,6 @@ def measure(admin_dsn: str, modes: list[str], sizes: list[int], jobs: int, reps:
                 with psycopg.connect(dsn, autocommit=True) as conn:
                     conn.execute("TRUNCATE pgqueue_jobs CASCADE")
                     conn.execute("VACUUM ANALYZE pgqueue_jobs")
-    finally:
-        with psycopg.connect(admin_dsn, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     return out
 
 
@@ -167,21 +142,10 @@ def section(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _commit() -> str:
-    head = os.popen(f"git -C {ROOT} rev-parse --short HEAD 2>/dev/null").read().strip()
-    dirty = os.popen(f"git -C {ROOT} status --porcelain --untracked-files=no").read().strip()
-    return head + ("+dirty" if dirty else "") if head else "unknown"
-
-
 def main() -> None:
     """Measure, write the results file and the page's section."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument(
-        "--dsn",
-        default=os.environ.get(
-            "PGQUEUE_BENCH_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
-        ),
-    )
+    parser.add_argument("--dsn", default=ADMIN_DSN)
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--sizes", default="100,250,500,1000,2000,5000")
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs per measurement")
@@ -202,7 +166,7 @@ def main() -> None:
         "meta": {
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
             "cpus": os.cpu_count(),
-            "commit": _commit(),
+            "commit": commit_stamp(),
             "reps": args.reps,
             "jobs": args.jobs,
             "sizes": sizes,

@@ -26,7 +26,6 @@ import os
 import pstats
 import statistics
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -37,18 +36,11 @@ import pgqueue
 
 from .harness import _cpu_since, _postgres_cpu
 from .report import ROOT, docs_section_write
+from .scratch import ADMIN_DSN, MODES, commit_stamp, mode_url, scratch_database
 
 RESULTS = ROOT / "benchmarks" / "results"
 BEGIN, END = "<!-- enqueue-profile:begin -->", "<!-- enqueue-profile:end -->"
 
-# mode -> (driver, URL scheme, asyncio?)
-MODES: dict[str, tuple[str, str, bool]] = {
-    "asyncpg": ("asyncpg", "postgresql", True),
-    "psycopg-async": ("psycopg", "postgresql", True),
-    "psycopg-sync": ("psycopg", "postgresql", False),
-    "sqlalchemy-async": ("sqlalchemy", "postgresql+asyncpg", True),
-    "sqlalchemy-sync": ("sqlalchemy", "postgresql+psycopg", False),
-}
 SHAPES = ("single", "batch_1000", "bulk")
 LABELS = {
     "single": "one `add_job` per call",
@@ -66,10 +58,6 @@ class Noop(pgqueue.Worker):
 
     def process(self, ctx: pgqueue.JobContext) -> None:
         """Do nothing (never run here)."""
-
-
-def _url(dsn: str, scheme: str) -> str:
-    return scheme + dsn[dsn.index("://") :]
 
 
 def _plan(shape: str, sizes: dict[str, int]) -> list[int]:
@@ -169,25 +157,15 @@ def measure(
     admin_dsn: str, modes: list[str], sizes: dict[str, int], reps: int, profile: bool
 ) -> dict[str, Any]:
     """{mode: {shape: {"runs": [...], "profile": {...}}}} on one fresh database."""
-    name = f"pgqueue_bench_{uuid.uuid4().hex[:10]}"
-    info = psycopg.conninfo.conninfo_to_dict(admin_dsn)
-    dsn = "postgresql://{user}@{host}:{port}/{db}".format(
-        user=info.get("user", "postgres"),
-        host=info.get("host", "127.0.0.1"),
-        port=info.get("port", 5432),
-        db=name,
-    )
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
     out: dict[str, Any] = {}
-    try:
+    with scratch_database(admin_dsn) as dsn:
         with pgqueue.Client.connect(dsn, driver="psycopg") as client:
             client.migrate()
 
         def one(mode: str, shape: str, with_profile: bool) -> dict[str, Any]:
-            driver, scheme, is_async = MODES[mode]
+            driver, _scheme, is_async = MODES[mode]
             runner = _run_async if is_async else _run_sync
-            result = runner(_url(dsn, scheme), driver, _plan(shape, sizes), with_profile)
+            result = runner(mode_url(dsn, mode), driver, _plan(shape, sizes), with_profile)
             # the same table for every measurement: emptied, its dead rows and statistics
             # cleared, the setup's writes flushed before the next one starts
             with psycopg.connect(dsn, autocommit=True) as conn:
@@ -210,9 +188,6 @@ def measure(
             for shape in SHAPES:
                 for mode in modes:
                     out[mode][shape]["profile"] = one(mode, shape, True)
-    finally:
-        with psycopg.connect(admin_dsn, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     return out
 
 
@@ -267,21 +242,10 @@ def section(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _commit() -> str:
-    head = os.popen(f"git -C {ROOT} rev-parse --short HEAD 2>/dev/null").read().strip()
-    dirty = os.popen(f"git -C {ROOT} status --porcelain --untracked-files=no").read().strip()
-    return head + ("+dirty" if dirty else "") if head else "unknown"
-
-
 def main() -> None:
     """Measure, write the results file and the page's section."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument(
-        "--dsn",
-        default=os.environ.get(
-            "PGQUEUE_BENCH_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
-        ),
-    )
+    parser.add_argument("--dsn", default=ADMIN_DSN)
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--single", type=int, default=2_000, help="add_job calls")
     parser.add_argument("--batch-jobs", type=int, default=20_000, help="jobs in calls of 1,000")
@@ -299,7 +263,7 @@ def main() -> None:
         "meta": {
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
             "cpus": os.cpu_count(),
-            "commit": _commit(),
+            "commit": commit_stamp(),
             "reps": args.reps,
             "sizes": sizes,
             "source": str(path.relative_to(ROOT)),
