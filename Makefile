@@ -107,7 +107,7 @@ bench-copy-threshold: $(BENCH_STAMP) ## INSERT of arrays vs COPY per driver mode
 	$(BENCH_VENV)/bin/python -m benchmarks.copy_threshold $(BENCH_ARGS)
 
 .PHONY: bench-enqueue-profile
-bench-enqueue-profile: $(BENCH_STAMP) ## Where an enqueue's time goes: wall, client CPU, server CPU per job, and a profile (~3 min; BENCH_ARGS="--help")
+bench-enqueue-profile: $(BENCH_STAMP) ## Where an enqueue's time goes: wall, client CPU, server CPU per job, and a profile (~2 min; BENCH_ARGS="--help")
 	$(BENCH_VENV)/bin/python -m benchmarks.enqueue_profile $(BENCH_ARGS)
 
 .PHONY: bench-claim-plan

@@ -20,7 +20,6 @@ import json
 import os
 import statistics
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,23 +29,12 @@ import pgqueue
 from pgqueue._async.client import COPY_MIN
 
 from .report import ROOT, docs_section_write
-from .scratch import ADMIN_DSN, MODES, commit_stamp, mode_url, scratch_database
+from .scratch import ADMIN_DSN, MODES, Noop, commit_stamp, mode_url, scratch_database
 
 RESULTS = ROOT / "benchmarks" / "results"
 BEGIN, END = "<!-- copy-threshold:begin -->", "<!-- copy-threshold:end -->"
 
 PATHS = ("insert", "copy")
-
-
-@dataclass
-class Noop(pgqueue.Worker):
-    """The benchmark's job: its one argument is a number."""
-
-    kind = "bench.noop"
-    i: int
-
-    def process(self, ctx: pgqueue.JobContext) -> None:
-        """Do nothing (never run here)."""
 
 
 def _time_async(url: str, driver: str, size: int, jobs: int, path: str) -> float:

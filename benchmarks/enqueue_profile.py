@@ -25,8 +25,8 @@ import json
 import os
 import pstats
 import statistics
+import sysconfig
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,28 +36,30 @@ import pgqueue
 
 from .harness import _cpu_since, _postgres_cpu
 from .report import ROOT, docs_section_write
-from .scratch import ADMIN_DSN, MODES, commit_stamp, mode_url, scratch_database
+from .scratch import ADMIN_DSN, MODES, Noop, commit_stamp, mode_url, scratch_database
 
 RESULTS = ROOT / "benchmarks" / "results"
 BEGIN, END = "<!-- enqueue-profile:begin -->", "<!-- enqueue-profile:end -->"
 
 SHAPES = ("single", "batch_1000", "bulk")
-LABELS = {
-    "single": "one `add_job` per call",
-    "batch_1000": "`add_jobs`, calls of 1,000",
-    "bulk": "one `add_jobs` of 100,000",
-}
+# where a profiled function's file lies, shortened in the report to what follows it
+_PREFIXES = (f"{ROOT}/", f"{sysconfig.get_paths()['stdlib']}/", "site-packages/")
 
 
-@dataclass
-class Noop(pgqueue.Worker):
-    """The benchmark's job: its one argument is a number."""
+def _label(shape: str, sizes: dict[str, int]) -> str:
+    if shape == "single":
+        return "one `add_job` per call"
+    if shape == "batch_1000":
+        return "`add_jobs`, calls of 1,000"
+    return f"one `add_jobs` of {sizes['bulk']:,}"
 
-    kind = "bench.noop"
-    i: int
 
-    def process(self, ctx: pgqueue.JobContext) -> None:
-        """Do nothing (never run here)."""
+def _short(function: str) -> str:
+    """A profiled function's ``path:line(name)``, its path relative to the tree, the standard
+    library or site-packages."""
+    for prefix in _PREFIXES:
+        function = function.split(prefix)[-1]
+    return function
 
 
 def _plan(shape: str, sizes: dict[str, int]) -> list[int]:
@@ -106,10 +108,9 @@ def _top(prof: cProfile.Profile, n: int = 12) -> list[dict[str, Any]]:
     rows = sorted(raw.items(), key=lambda kv: kv[1][2], reverse=True)[:n]
     out = []
     for (path, line, name), (_cc, calls, tt, ct, _callers) in rows:
-        where = path.split("site-packages/")[-1].split("/work/main/")[-1]
         out.append(
             {
-                "function": f"{where}:{line}({name})",
+                "function": _short(f"{path}:{line}({name})"),
                 "calls": calls,
                 "own_share": tt / total,
                 "with_callees_share": ct / total,
@@ -198,6 +199,7 @@ def _median(runs: list[dict[str, Any]], key: str) -> float:
 def section(doc: dict[str, Any]) -> str:
     """The markdown of the page's section."""
     meta, data = doc["meta"], doc["results"]
+    sizes = meta["sizes"]
     lines = [
         f"Run of {meta['date']} on {meta['cpus']} CPUs, commit `{meta['commit']}`, "
         f"{meta['reps']} interleaved repetitions (medians); source: `{meta['source']}`. "
@@ -213,7 +215,7 @@ def section(doc: dict[str, Any]) -> str:
                 continue
             runs = shapes[shape]["runs"]
             lines.append(
-                f"| {mode} | {LABELS[shape]} | {_median(runs, 'jobs_per_s'):,.0f} | "
+                f"| {mode} | {_label(shape, sizes)} | {_median(runs, 'jobs_per_s'):,.0f} | "
                 f"{_median(runs, 'wall_us'):,.1f} | {_median(runs, 'client_cpu_us'):,.1f} | "
                 f"{_median(runs, 'server_cpu_us'):,.1f} |"
             )
@@ -228,15 +230,15 @@ def section(doc: dict[str, Any]) -> str:
             continue
         lines += [
             "",
-            f"`cProfile`, {mode}, {LABELS[shape]}: the functions with the most time of their "
-            "own (share of the profiled client time; with what they call):",
+            f"`cProfile`, {mode}, {_label(shape, sizes)}: the functions with the most time of "
+            "their own (share of the profiled client time; with what they call):",
             "",
             "| function | calls | own | with callees |",
             "|---|---|---|---|",
         ]
         for row in top[:8]:
             lines.append(
-                f"| `{row['function']}` | {row['calls']:,} | {row['own_share']:.0%} | "
+                f"| `{_short(row['function'])}` | {row['calls']:,} | {row['own_share']:.0%} | "
                 f"{row['with_callees_share']:.0%} |"
             )
     return "\n".join(lines)

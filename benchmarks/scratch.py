@@ -2,7 +2,7 @@
 
 ``copy_threshold``, ``enqueue_profile`` and ``claim_plan`` each measure on a database created
 for the run and dropped after it, reach it in each driver mode, and stamp their results with
-the commit they ran from.
+the commit they ran from; the first two enqueue the same job.
 """
 
 from __future__ import annotations
@@ -11,16 +11,30 @@ import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import psycopg
+
+import pgqueue
 
 from .report import ROOT
 from .subjects.pgqueue_subject import MODES
 
-__all__ = ["ADMIN_DSN", "MODES", "commit_stamp", "mode_url", "scratch_database"]
+__all__ = ["ADMIN_DSN", "MODES", "Noop", "commit_stamp", "mode_url", "scratch_database"]
 
 #: An admin connection (any database): each run creates and drops a database of its own.
 ADMIN_DSN = os.environ.get("PGQUEUE_BENCH_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+@dataclass
+class Noop(pgqueue.Worker):
+    """The tools' job: its one argument is a number (enqueued, never run)."""
+
+    kind = "bench.noop"
+    i: int
+
+    def process(self, ctx: pgqueue.JobContext) -> None:
+        """Do nothing."""
 
 
 @contextmanager

@@ -63,14 +63,13 @@ def translate_checkout_error(exc: BaseException, dialect: Any) -> DatabaseError:
     shutting down or restarting: ``psycopg.OperationalError``), where ``engine.connect()``
     wraps it; it is wrapped here the same way first.
     """
-    dbapi = getattr(dialect, "loaded_dbapi", None)
-    base = getattr(dbapi, "Error", None)
-    if base is not None and isinstance(exc, base) and not isinstance(exc, sa_exc.DBAPIError):
+    base = dbapi_error(dialect)
+    if isinstance(exc, base) and not isinstance(exc, sa_exc.DBAPIError):
         exc = sa_exc.DBAPIError.instance(None, None, exc, base, dialect=dialect)
     return translate_error(exc)
 
 
-def dbapi_error(dialect: Any) -> type[BaseException]:
+def dbapi_error(dialect: Any) -> type[Exception]:
     """Return the base class of the errors of ``dialect``'s DBAPI module (``Error``)."""
     base = getattr(getattr(dialect, "loaded_dbapi", None), "Error", None)
-    return base if isinstance(base, type) and issubclass(base, BaseException) else sa_exc.DBAPIError
+    return base if isinstance(base, type) and issubclass(base, Exception) else sa_exc.DBAPIError
