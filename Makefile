@@ -15,7 +15,7 @@ help: ## Show this help
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[all,dev,demo]'
+	$(PY) -m pip install --quiet -e '.[all,dev,demo,docs]'
 	touch $(STAMP)
 
 .PHONY: install
@@ -62,7 +62,7 @@ test-faults: $(STAMP) ## Run the fault-injection suite (real processes; restarts
 	$(VENV)/bin/pytest -q -m faults tests/faults $(PYTEST_ARGS)
 
 .PHONY: check
-check: check-generated lint typecheck test ## Everything CI runs
+check: check-generated lint typecheck docs test check-dist ## Everything CI runs, but the fault suite (make test-faults)
 
 .PHONY: demo
 demo: $(STAMP) ## Run the demo: real jobs on $$PGQUEUE_DSN, or on a throwaway PostgreSQL
@@ -123,9 +123,21 @@ screenshots: $(STAMP) ## Retake the dashboard's screenshots in docs/dashboard/ (
 	$(PY) -m tests.browser.screenshots
 
 .PHONY: docs
-docs: ## List the documentation
-	@ls docs/*.md
+docs: $(STAMP) ## Build the documentation site into site/ (strict: any warning fails)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+.PHONY: docs-serve
+docs-serve: $(STAMP) ## Serve the documentation site with live reload on 127.0.0.1:8000
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
+
+.PHONY: docs-screenshots
+docs-screenshots: $(STAMP) ## Retake the site's screenshots in docs/screenshots/ (Debian's chromium, headless)
+	$(PY) -m tests.browser.site_screenshots
+
+.PHONY: check-dist
+check-dist: $(STAMP) ## Build sdist and wheel, twine check them, install the wheel with each extra in a clean venv and run a job (~2 min)
+	$(PY) tools/check_dist.py $(DIST_ARGS)
 
 .PHONY: clean
 clean: ## Remove the virtualenv and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info site dist build

@@ -82,7 +82,14 @@ def tracked(path: str) -> set[str]:
 
 def test_the_sdist_ships_the_package_and_the_whole_test_suite(built: Built) -> None:
     files = built.sdist_files
-    for needed in ("LICENSE", "README.md", "pyproject.toml", "MANIFEST.in", "CHANGELOG.md"):
+    for needed in (
+        "LICENSE",
+        "README.md",
+        "pyproject.toml",
+        "MANIFEST.in",
+        "CHANGELOG.md",
+        "mkdocs.yml",  # the site's tests build it from the sdist too
+    ):
         assert needed in files, needed
     assert tracked("pgqueue") <= files
     assert tracked("pgqueue_adapters") <= files

@@ -91,9 +91,10 @@ class Client(Admin, PeriodicAdmin):
 
     Build one with :meth:`connect` from a URL or a driver-native pool/connection, or pass a
     driver to the constructor. ``registry``, when given, restricts enqueueing to known kinds
-    and is what :meth:`start` runs. Use it as an async context manager, or call :meth:`close`.
-    The admin calls (``list_jobs``, ``retry_jobs``, ``pause_queue``, ``queue_stats``...) are
-    inherited from :class:`~pgqueue._sync.admin.Admin`, the periodic entries' (``cron_list``,
+    and is what :meth:`start` runs. Use it as a context manager (``with``; ``async with`` on
+    the asyncio side), or call :meth:`close`. The admin calls (``list_jobs``,
+    ``retry_jobs``, ``pause_queue``, ``queue_stats``...) are inherited from
+    :class:`~pgqueue._sync.admin.Admin`, the periodic entries' (``cron_list``,
     ``cron_pause``, ``cron_trigger``...) from ``PeriodicAdmin``.
     """
 
