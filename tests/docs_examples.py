@@ -6,12 +6,14 @@ How a page's examples run (write new examples this way):
 - ``python`` blocks run in page order in one fresh Python process per page, as if typed into one
   module (``__name__ == "__main__"``): a block can use what an earlier block defined. Top-level
   ``await`` is allowed (one event loop per page). The process's working directory is a fresh
-  folder on ``sys.path``; ``$PGQUEUE_DSN`` and ``$DATABASE_URL`` name a fresh database of the page's
-  own, and so does the docs' example URL ``postgresql://postgres@127.0.0.1/postgres`` wherever it
-  appears in a block or a command (with a driver's scheme too: ``postgresql+asyncpg://...``).
-- A block whose first line is a comment naming a file (``# myapp/jobs.py``, ``# settings.toml``)
-  is written to that path in the working directory instead of being run: later blocks import it,
-  later commands use it.
+  folder on ``sys.path``, and so is the checkout (``import examples.wsgi_app`` works).
+  ``$PGQUEUE_DSN`` and ``$DATABASE_URL`` name a fresh database of the page's own, and so does
+  the docs' example URL ``postgresql://postgres@127.0.0.1/postgres`` wherever it appears in a
+  block or a command (with a driver's scheme too: ``postgresql+asyncpg://...``). Whatever the
+  examples start is killed when the page ends.
+- A block whose first line is a comment naming a file by a relative path (``# myapp/jobs.py``,
+  ``# settings.toml``; not in a ``text`` or ``console`` block) is written to that path in the
+  working directory instead of being run: later blocks import it, later commands use it.
 - A block inside an HTML comment (``<!--`` ... ``-->``) runs like the others but the site does not
   show it: the setup a reader already has (a client, a job class).
 - ``sh`` and ``console`` blocks: every ``pgqueue ...`` (or ``python -m pgqueue ...``) command is
@@ -37,7 +39,10 @@ EXAMPLE_URL = "postgresql://postgres@127.0.0.1/postgres"
 
 FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w+-]*)[ \t]*$")
 DIRECTIVE = re.compile(r"<!--\s*docs-test:\s*(?P<what>[\w-]+)\s*(?::\s*(?P<why>.*?))?\s*-->")
-FILE_HEADER = re.compile(r"#\s*(?P<path>[\w./-]+\.(?:py|toml|cfg|ini|txt|env|yaml|yml|json))\s*")
+# a relative path only: never above the page's working directory
+FILE_HEADER = re.compile(
+    r"#\s*(?P<path>(?!/)(?![\w./-]*\.\./)[\w./-]+\.(?:py|toml|cfg|ini|txt|env|yaml|yml|json))\s*"
+)
 
 
 @dataclass(frozen=True)
@@ -60,19 +65,21 @@ class Block:
     @property
     def file(self) -> str | None:
         """The path this block is written to, when its first line names one."""
+        if self.lang in ("text", "console"):  # output, or another library's code
+            return None
         first = self.code.splitlines()[0] if self.code.strip() else ""
         match = FILE_HEADER.fullmatch(first)
         return match["path"] if match else None
 
 
 def pages() -> list[Path]:
-    """Every page of the site, and the README."""
-    return [*sorted(DOCS.rglob("*.md")), ROOT / "README.md"]
+    """Every page of the site, the README and the examples' README."""
+    return [*sorted(DOCS.rglob("*.md")), ROOT / "README.md", ROOT / "examples" / "README.md"]
 
 
 def page_name(path: Path) -> str:
-    """A page's name in test ids and messages: its path under docs/ (``README.md`` for it)."""
-    return str(path.relative_to(DOCS)) if path.is_relative_to(DOCS) else path.name
+    """A page's name in test ids and messages: its path under docs/, or under the checkout."""
+    return str(path.relative_to(DOCS if path.is_relative_to(DOCS) else ROOT))
 
 
 def page_blocks(path: Path) -> list[Block]:

@@ -30,12 +30,18 @@ def main() -> int:
             where = step["where"]
             try:
                 if step["kind"] == "file":
-                    path = Path(step["file"])
+                    path = Path(step["file"]).resolve()
+                    if not path.is_relative_to(Path.cwd()):  # never outside the page's folder
+                        raise ValueError(f"{step['file']}: not a path under the working folder")
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_text(step["code"])
                 elif step["kind"] == "python":
                     code = compile(
-                        step["code"], where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+                        step["code"],
+                        where,
+                        "exec",
+                        flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
+                        dont_inherit=True,
                     )
                     result = eval(code, namespace)  # an exec, with top-level await allowed
                     if inspect.iscoroutine(result):

@@ -5,10 +5,13 @@ How a page's blocks run, and how to write one that cannot (rare), is in ``tests/
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tomllib
@@ -23,7 +26,7 @@ from psycopg import sql
 
 from pgqueue.cli import app as cli
 from tests.conftest import ADMIN_DSN
-from tests.docs_examples import EXAMPLE_URL, Block, commands, page_blocks, page_name, pages
+from tests.docs_examples import EXAMPLE_URL, ROOT, Block, commands, page_blocks, page_name, pages
 
 pytestmark = pytest.mark.timeout(600)
 RUNNER = Path(__file__).resolve().parent / "docs_runner.py"
@@ -62,7 +65,7 @@ def steps(blocks: list[Block], url: str) -> list[dict[str, str]]:
         elif block.lang == "python" and block.directive != "skip":
             plan.append({"kind": "python", "where": block.where, "code": code})
         elif block.lang in ("sh", "console") and block.directive == "run":
-            for command in commands(block):
+            for command in commands(dataclasses.replace(block, code=code)):
                 plan.append({"kind": "command", "where": block.where, "code": command})
     return plan
 
@@ -79,20 +82,29 @@ def test_the_examples_of_the_page_run(page: str, page_database: str, tmp_path: P
         PGQUEUE_DSN=page_database,
         DATABASE_URL=page_database,
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
-        PYTHONPATH=str(tmp_path),
+        PYTHONPATH=os.pathsep.join([str(tmp_path / "work"), str(ROOT)]),
     )
     work = tmp_path / "work"
     work.mkdir()
-    result = subprocess.run(
+    # a session of its own: whatever the page's examples start (workers, servers) is killed with
+    # it at the end, even when an example failed before stopping them
+    runner = subprocess.Popen(
         [sys.executable, str(RUNNER), str(tmp_path / ".plan.json")],
         cwd=work,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=540,
         stdin=subprocess.DEVNULL,
+        start_new_session=True,
     )
-    assert result.returncode == 0, result.stderr[-6000:] + "\n" + result.stdout[-2000:]
+    try:
+        out, err = runner.communicate(timeout=540)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(runner.pid, signal.SIGKILL)
+        runner.wait()
+    assert runner.returncode == 0, err[-6000:] + "\n" + out[-2000:]
 
 
 def all_blocks() -> list[Block]:

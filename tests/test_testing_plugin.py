@@ -6,10 +6,11 @@ the files of a small project.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
+
+from tests.docs_examples import page_blocks
 
 from .conftest import Db
 
@@ -39,8 +40,10 @@ def _no_dsn_in_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def example_files() -> dict[str, str]:
-    blocks = re.findall(r"```(?:python|toml)\n# file: (\S+)\n(.*?)```", DOCS.read_text(), re.S)
-    return dict(blocks)
+    # the page's files as a reader saves them (tests/docs_examples.py), but its conftest.py: it
+    # overrides the database fixture, which this test gives with --pgqueue-dsn
+    blocks = page_blocks(DOCS)
+    return {b.file: b.code for b in blocks if b.file and b.file != "tests/conftest.py"}
 
 
 def test_the_docs_example_runs(pytester: pytest.Pytester, database_url: str, db: Db) -> None:

@@ -1,8 +1,9 @@
-"""A griffe extension for the API reference: Sphinx roles in docstrings become inline code.
+"""A griffe extension for the API reference: the docstrings' reST becomes Markdown.
 
 pgqueue's docstrings name other objects the way Sphinx does (``:class:`Worker```,
 ``:meth:`~Client.add_job```); mkdocstrings renders Markdown, where those would show as written.
-Each role becomes the name in backticks (``~`` keeps the last part, as Sphinx shows it).
+Each role becomes the name in backticks (``~`` keeps the last part, as Sphinx shows it), and
+the ``::`` that introduces an indented example becomes ``:``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Any
 from griffe import Extension, Object
 
 ROLE = re.compile(r":(?:class|meth|func|attr|data|mod|exc|obj|const):`(~?)([^`]+)`")
+# reST's "text::" before an indented example: Markdown shows the indented lines as code already
+LITERAL = re.compile(r"(\S)::$", re.M)
 
 
 def _name(match: re.Match[str]) -> str:
@@ -26,4 +29,4 @@ class SphinxRoles(Extension):
     def on_object(self, *, obj: Object, **kwargs: Any) -> None:
         """Rewrite ``obj``'s docstring, if it has one."""
         if obj.docstring is not None:
-            obj.docstring.value = ROLE.sub(_name, obj.docstring.value)
+            obj.docstring.value = LITERAL.sub(r"\1:", ROLE.sub(_name, obj.docstring.value))
