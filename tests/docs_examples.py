@@ -24,7 +24,7 @@ How a page's examples run (write new examples this way):
   exit 0 within two minutes.
 - ``<!-- docs-test: skip: why -->`` on the line before a ``python`` block: compiled, not run. Only
   for what this machine cannot do (a Kubernetes cluster); say why.
-- ``json`` and ``toml`` blocks must parse.
+- ``json``, ``toml`` and ``yaml`` blocks must parse.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from pathlib import Path
 import click
 import psycopg
 import pytest
+import yaml  # mkdocs' dependency
 from psycopg import sql
 
 from pgqueue.cli import app as cli
@@ -189,11 +190,16 @@ def test_the_commands_of_the_block_exist(block: Block) -> None:
 
 
 @pytest.mark.parametrize(
-    "block", [b for b in all_blocks() if b.lang in ("json", "toml")], ids=lambda b: b.where
+    "block",
+    [b for b in all_blocks() if b.lang in ("json", "toml", "yaml")],
+    ids=lambda b: b.where,
 )
 def test_a_data_example_parses(block: Block) -> None:
     if block.lang == "toml":
         tomllib.loads(block.code)
+        return
+    if block.lang == "yaml":  # Kubernetes manifests, Compose files: every document parses
+        assert all(doc is not None for doc in yaml.safe_load_all(block.code)), block.where
         return
     try:
         json.loads(block.code)
