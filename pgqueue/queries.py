@@ -133,7 +133,6 @@ class Queries:
     instance_unregister: str
     instance_resign: str
     instance_set_leader: str
-    leader_lock_taken: str
     instance_remove_stale: str
     job_rescue: str
     job_cleanup: str

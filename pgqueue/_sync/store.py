@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, NoReturn
 
-from .._driver_values import advisory_lock_held_params
 from ..admin_codec import (
     ActionRow,
     QueueRow,
@@ -342,11 +341,6 @@ class Store(PeriodicStore):
     def instance_set_leader(self, instance_id: uuid.UUID) -> None:
         """Mark the instance as the leader (and no other)."""
         self._exec(self._q.instance_set_leader, (instance_id,))
-
-    def leader_lock_taken(self, key: int) -> bool:
-        """Whether some session of this database holds advisory lock ``key`` (the leader's)."""
-        rows = self._query(self._q.leader_lock_taken, advisory_lock_held_params(key))
-        return bool(rows[0][0])
 
     def instance_remove_stale(self, older_than: float, leader: uuid.UUID) -> list[uuid.UUID]:
         """Remove instances whose heartbeat is older than ``older_than`` seconds; their ids.

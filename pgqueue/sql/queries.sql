@@ -322,18 +322,6 @@ UPDATE {{schema}}.{{instances}} SET is_leader = false WHERE instance_id = $1;
 UPDATE {{schema}}.{{instances}} SET is_leader = (instance_id = $1)
 WHERE is_leader OR instance_id = $1;
 
--- name: leader_lock_taken
--- Whether a session of this database holds the leader's advisory lock ($1, $2: the key's high
--- and low 32 bits, as pg_locks shows them). A candidate asks on its pool before it opens a
--- session to try the lock: while a leader holds it, trying would open and close a connection
--- every leader_interval in every other process, for nothing.
-SELECT EXISTS (
-    SELECT 1 FROM pg_locks
-    WHERE locktype = 'advisory' AND granted AND objsubid = 1
-        AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-        AND classid::bigint = $1 AND objid::bigint = $2
-);
-
 -- name: instance_remove_stale
 -- Instances whose heartbeat is older than $1 seconds are presumed dead, except the leader's own
 -- ($2): it is running this statement, so it is alive. Its heartbeat can still be stale (a

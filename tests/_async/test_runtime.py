@@ -382,48 +382,6 @@ async def test_one_leader_which_cleans_up_old_jobs(
         await b.stop(0)
 
 
-async def test_a_follower_opens_no_session_while_the_lead_is_held(
-    driver: pgqueue.AsyncDriver, settings: pgqueue.Settings, db
-) -> None:
-    # A process that does not lead looks on its pool whether the leader's lock is held before
-    # it opens a session to try it: while a leader holds it, no connection is opened and
-    # closed every leader_interval (issue 21's connection budget). When the leader goes, the
-    # follower takes the lead as before.
-    config = pgqueue.RuntimeConfig(
-        poll_interval=0.2, heartbeat_interval=0.2, rescue_after=1.0, leader_interval=0.05
-    )
-    a = pgqueue.AsyncClient(driver, registry=jobs.registry, settings=settings)
-    b = pgqueue.AsyncClient(driver, registry=jobs.registry, settings=settings)
-    await a.migrate()
-    instances = f'"{settings.schema}".pgqueue_instances'
-    sessions = "SELECT sessions FROM pg_stat_database WHERE datname = current_database()"
-    await a.start(config=config)
-    try:
-        await wait_until(lambda: a.runtime is not None and a.runtime.is_leader, what="a leads")
-        await b.start(config=config)
-        assert b.runtime is not None
-        follower = b.runtime.instance_id
-        beats: set[Any] = set()
-
-        def beat() -> int:
-            query = f"SELECT heartbeat_at FROM {instances} WHERE instance_id = $1"
-            beats.update(row[0] for row in db.rows(query, (follower,)))
-            return len(beats)
-
-        await wait_until(beat, what="b beats")
-        before = db.value(sessions)
-        # five more heartbeats of b: about 20 of its leader ticks, each of which used to open
-        # and close a session of its own to try the lock
-        await wait_until(lambda: beat() > 5, what="five heartbeats of b")
-        assert not b.runtime.is_leader
-        assert db.value(sessions) - before <= 3  # the pool may grow; no session per tick
-        await a.stop(0)
-        await wait_until(lambda: b.runtime is not None and b.runtime.is_leader, what="b leads")
-    finally:
-        await a.stop(0)
-        await b.stop(0)
-
-
 async def test_start_needs_a_registry_and_sane_queues(
     driver: pgqueue.AsyncDriver, settings: pgqueue.Settings
 ) -> None:

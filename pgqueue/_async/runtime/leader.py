@@ -1,10 +1,9 @@
 """The leader: whoever holds the leader advisory lock runs maintenance.
 
-Every ``leader_interval`` each instance without the lock looks whether anyone holds it and, if
-nobody does, tries to take it (on a session of its own, kept while it leads); the one holding it
-rescues the jobs of dead instances, removes finished jobs past retention and expires unique
-locks, and stands down when it finds the lock gone (or a duty fails). ``LeaderGained``,
-``LeaderLost`` and ``JobsRescued`` say what happened.
+Every ``leader_interval`` each instance tries to take the lock; the one holding it rescues the
+jobs of dead instances, removes finished jobs past retention and expires unique locks, and
+stands down when it finds the lock gone (or a duty fails). ``LeaderGained``, ``LeaderLost``
+and ``JobsRescued`` say what happened.
 """
 
 from __future__ import annotations
@@ -70,16 +69,13 @@ class AsyncLeader:
 
     async def _lead_once(self) -> None:
         if self._lock is None:
-            key = self._settings.advisory_key("leader")
-            # Held by a leader (the usual case, in every process but one): nothing to try, and
-            # no session to open and close for it. Read on the pool, which is open anyway.
-            if await self._store.leader_lock_taken(key):
-                return
             # The lock's session is ended by the server once idle for this long, so a leader
             # that stalls (SIGSTOP, swapped out, a blocked event loop) loses the lead about when
             # its heartbeat goes stale, instead of holding it, and every rescue, for ever.
             idle = max(self._config.rescue_after, 2 * self._config.leader_interval)
-            self._lock = await self._driver.try_advisory_lock(key, idle)
+            self._lock = await self._driver.try_advisory_lock(
+                self._settings.advisory_key("leader"), idle
+            )
             if self._lock is None:
                 return
             if self._events.wants(LeaderGained):
