@@ -73,6 +73,22 @@ def database_url() -> Iterator[str]:
 
 
 @pytest.fixture
+def fresh_database(database_url: str) -> Iterator[str]:
+    """A database of the test's own on the test server, dropped afterwards: for what uses the
+    default schema (the README's quickstart, the docs' examples)."""
+    name = f"pgqueue_fresh_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield database_url.rsplit("/", 1)[0] + "/" + name
+    finally:
+        with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+@pytest.fixture
 def many_connections(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Taken by a test that opens tens of connections at once: no two such tests run at the same
     time, in any of the run's test processes (the server allows 100 connections; the others

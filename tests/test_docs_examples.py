@@ -15,18 +15,13 @@ import signal
 import subprocess
 import sys
 import tomllib
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import click
-import psycopg
 import pytest
 import yaml  # mkdocs' dependency
-from psycopg import sql
 
 from pgqueue.cli import app as cli
-from tests.conftest import ADMIN_DSN
 from tests.docs_examples import EXAMPLE_URL, ROOT, Block, commands, page_blocks, page_name, pages
 
 pytestmark = pytest.mark.timeout(600)
@@ -39,20 +34,6 @@ EXAMPLE_URLS = re.compile(
 
 def page_ids() -> list[str]:
     return [name for name, path in PAGES.items() if page_blocks(path)]
-
-
-@pytest.fixture
-def page_database(database_url: str) -> Iterator[str]:
-    name = f"pgqueue_docs_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield database_url.rsplit("/", 1)[0] + "/" + name
-    finally:
-        with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
 
 
 def steps(blocks: list[Block], url: str) -> list[dict[str, str]]:
@@ -72,16 +53,16 @@ def steps(blocks: list[Block], url: str) -> list[dict[str, str]]:
 
 
 @pytest.mark.parametrize("page", page_ids())
-def test_the_examples_of_the_page_run(page: str, page_database: str, tmp_path: Path) -> None:
+def test_the_examples_of_the_page_run(page: str, fresh_database: str, tmp_path: Path) -> None:
     blocks = page_blocks(PAGES[page])
-    plan = steps(blocks, page_database)
+    plan = steps(blocks, fresh_database)
     if not any(step["kind"] != "file" for step in plan):
         pytest.skip(f"{page} has no example to run")
     (tmp_path / ".plan.json").write_text(json.dumps({"steps": plan}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PGQUEUE_")}
     env.update(
-        PGQUEUE_DSN=page_database,
-        DATABASE_URL=page_database,
+        PGQUEUE_DSN=fresh_database,
+        DATABASE_URL=fresh_database,
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
         PYTHONPATH=os.pathsep.join([str(tmp_path / "work"), str(ROOT)]),
     )

@@ -9,16 +9,12 @@ import shlex
 import signal
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
-from psycopg import sql
 
 from tests._sync.helpers import wait_until
-from tests.conftest import ADMIN_DSN, Db
+from tests.conftest import Db
 
 pytestmark = pytest.mark.timeout(120)
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -39,21 +35,6 @@ def quickstart() -> tuple[dict[str, str], list[str]]:
         elif lang == "sh":
             commands += [line for line in body.splitlines() if line.strip()]
     return files, commands
-
-
-@pytest.fixture
-def fresh_database(database_url: str) -> Iterator[str]:
-    # the quickstart uses the default schema: give it a database of its own
-    name = f"pgqueue_readme_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield database_url.rsplit("/", 1)[0] + "/" + name
-    finally:
-        with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
 
 
 def test_the_readme_quickstart_runs(fresh_database: str, tmp_path: Path) -> None:

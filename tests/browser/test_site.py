@@ -65,11 +65,9 @@ def nav_pages() -> list[str]:
 
 
 def html_of(built: Path, page: str) -> str:
-    path = page.removesuffix(".md")
-    target = built / "index.html" if path == "index" else built / path / "index.html"
-    if path.endswith("/index"):
-        target = built / path.removesuffix("/index") / "index.html"
-    return target.read_text()
+    # mkdocs' directory URLs: x.md -> x/index.html; index.md (any folder's) -> its folder's
+    folder = page.removesuffix(".md").removesuffix("index").rstrip("/")
+    return (built / folder / "index.html").read_text()
 
 
 def test_every_page_of_the_docs_folder_is_in_the_navigation() -> None:
