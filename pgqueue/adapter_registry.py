@@ -93,12 +93,19 @@ class Adapter(Protocol):
         """Say what the adapter makes of ``url``: what it connects to, and how to name it."""
         ...
 
-    async def async_connect(self, url: str) -> AsyncDriver:
-        """Open what ``AsyncClient.connect(url)`` needs; the driver owns and closes it."""
+    async def async_connect(self, url: str, **options: Any) -> AsyncDriver:
+        """Open what ``AsyncClient.connect(url)`` needs; the driver owns and closes it.
+
+        ``options`` (given only when set): ``session_url`` (dedicated sessions connect there)
+        and ``pgbouncer`` (``url`` leads to a transaction pooler: prepare no statements).
+        """
         ...
 
-    def async_from_native(self, obj: object) -> AsyncDriver:
-        """Return a driver that uses, never closes, a caller's pool, engine or connection."""
+    def async_from_native(self, obj: object, **options: Any) -> AsyncDriver:
+        """Return a driver that uses, never closes, a caller's pool, engine or connection.
+
+        ``options``: as for :meth:`async_connect`.
+        """
         ...
 
     def async_wrap_transaction(self, obj: object) -> AsyncDriver:
@@ -108,11 +115,11 @@ class Adapter(Protocol):
         """
         ...
 
-    def sync_connect(self, url: str) -> Driver:
+    def sync_connect(self, url: str, **options: Any) -> Driver:
         """Blocking :meth:`async_connect`, for ``Client.connect(url)``."""
         ...
 
-    def sync_from_native(self, obj: object) -> Driver:
+    def sync_from_native(self, obj: object, **options: Any) -> Driver:
         """Blocking :meth:`async_from_native`."""
         ...
 
@@ -136,14 +143,14 @@ class ModuleAdapter:
     def _side(self, module: str, function: str) -> Any:
         return getattr(importlib.import_module(module), function)
 
-    async def async_connect(self, url: str) -> AsyncDriver:
-        """Call the async module's ``async_connect(url)``."""
-        driver: AsyncDriver = await self._side(self.async_module, "async_connect")(url)
+    async def async_connect(self, url: str, **options: Any) -> AsyncDriver:
+        """Call the async module's ``async_connect(url, **options)``."""
+        driver: AsyncDriver = await self._side(self.async_module, "async_connect")(url, **options)
         return driver
 
-    def async_from_native(self, obj: object) -> AsyncDriver:
-        """Call the async module's ``async_from_native(obj)``."""
-        driver: AsyncDriver = self._side(self.async_module, "async_from_native")(obj)
+    def async_from_native(self, obj: object, **options: Any) -> AsyncDriver:
+        """Call the async module's ``async_from_native(obj, **options)``."""
+        driver: AsyncDriver = self._side(self.async_module, "async_from_native")(obj, **options)
         return driver
 
     def async_wrap_transaction(self, obj: object) -> AsyncDriver:
@@ -151,14 +158,14 @@ class ModuleAdapter:
         driver: AsyncDriver = self._side(self.async_module, "async_wrap_transaction")(obj)
         return driver
 
-    def sync_connect(self, url: str) -> Driver:
-        """Call the sync module's ``sync_connect(url)``."""
-        driver: Driver = self._side(self.sync_module, "sync_connect")(url)
+    def sync_connect(self, url: str, **options: Any) -> Driver:
+        """Call the sync module's ``sync_connect(url, **options)``."""
+        driver: Driver = self._side(self.sync_module, "sync_connect")(url, **options)
         return driver
 
-    def sync_from_native(self, obj: object) -> Driver:
-        """Call the sync module's ``sync_from_native(obj)``."""
-        driver: Driver = self._side(self.sync_module, "sync_from_native")(obj)
+    def sync_from_native(self, obj: object, **options: Any) -> Driver:
+        """Call the sync module's ``sync_from_native(obj, **options)``."""
+        driver: Driver = self._side(self.sync_module, "sync_from_native")(obj, **options)
         return driver
 
     def sync_wrap_transaction(self, obj: object) -> Driver:
@@ -200,6 +207,38 @@ def url_without_driver(url: str | None) -> str | None:
         return url
     scheme, rest = url.split("://", 1)
     return "postgresql://" + rest if "+" in scheme else url
+
+
+PGBOUNCER_ENV_VAR = "PGQUEUE_PGBOUNCER"
+"""Environment variable: ``1`` (or ``true``, ``yes``, ``on``) is ``connect(pgbouncer=True)``."""
+
+LISTEN_DSN_ENV_VAR = "PGQUEUE_LISTEN_DSN"
+"""Environment variable: the default of ``connect(listen_dsn=...)``."""
+
+
+def connect_options(*, pgbouncer: bool | None, listen_dsn: str | None) -> dict[str, Any]:
+    """Return the options ``connect()`` hands the adapter (see ``Adapter.async_connect``).
+
+    ``None`` reads ``$PGQUEUE_PGBOUNCER`` and ``$PGQUEUE_LISTEN_DSN``. Only the options that
+    are set are returned: an adapter that knows neither still takes the call.
+    """
+    if pgbouncer is None:
+        flag = os.environ.get(PGBOUNCER_ENV_VAR, "").strip().lower()
+        if flag not in ("", "0", "false", "no", "off", "1", "true", "yes", "on"):
+            raise ConfigurationError(f"${PGBOUNCER_ENV_VAR} must be 1 or 0, got {flag!r}")
+        pgbouncer = flag in ("1", "true", "yes", "on")
+    if listen_dsn is None:
+        listen_dsn = os.environ.get(LISTEN_DSN_ENV_VAR) or None
+    options: dict[str, Any] = {}
+    if listen_dsn is not None:
+        if not isinstance(listen_dsn, str) or "://" not in listen_dsn:
+            raise ConfigurationError(
+                f"listen_dsn must be a postgresql:// URL straight to PostgreSQL, got {listen_dsn!r}"
+            )
+        options["session_url"] = url_without_driver(listen_dsn)
+    if pgbouncer:
+        options["pgbouncer"] = True
+    return options
 
 
 def resolve_driver_name(url: str | None, driver: str | None) -> tuple[str, str | None]:

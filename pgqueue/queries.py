@@ -133,6 +133,8 @@ class Queries:
     instance_unregister: str
     instance_resign: str
     instance_set_leader: str
+    instance_lead_lock: str
+    instance_lead: str
     instance_remove_stale: str
     job_rescue: str
     job_cleanup: str

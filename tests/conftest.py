@@ -22,6 +22,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 import pgqueue
+from tests.pgbouncer import PgBouncer
 
 ADMIN_DSN = os.environ.get("PGQUEUE_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -86,6 +87,16 @@ def fresh_database(database_url: str) -> Iterator[str]:
             admin.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+
+@pytest.fixture(scope="session")
+def pgbouncer() -> Iterator[PgBouncer]:
+    """A real PgBouncer, transaction pooling, in front of the test server (tests/pgbouncer.py)."""
+    bouncer = PgBouncer(ADMIN_DSN)
+    try:
+        yield bouncer
+    finally:
+        bouncer.close()
 
 
 @pytest.fixture

@@ -13,7 +13,12 @@ from typing import Literal, Protocol
 
 from typing_extensions import Unpack
 
-from ..adapter_registry import adapter_for_native, load_adapter, resolve_driver_name
+from ..adapter_registry import (
+    adapter_for_native,
+    connect_options,
+    load_adapter,
+    resolve_driver_name,
+)
 from ..enqueue import PreparedJob, call_options, prepare
 from ..errors import (
     ConfigurationError,
@@ -102,10 +107,15 @@ class AsyncClient(AsyncAdmin, AsyncPeriodicAdmin):
         *,
         registry: WorkerRegistry | None = None,
         settings: Settings | None = None,
+        poll_only: bool = False,
     ) -> None:
         self.driver = driver
         self.registry = registry
         self.settings = settings or Settings()
+        self.poll_only = poll_only
+        """True: the workers never LISTEN (they poll every ``poll_interval``) and elect their
+        leader by a lease in the instances table instead of a session advisory lock. Set by
+        :meth:`connect` for ``pgbouncer=True`` without ``listen_dsn``; see docs/deployment.md."""
         self._store = AsyncStore(driver, self.settings)
         self._runtime: AsyncRuntime | None = None
         self.events = EventHub()
@@ -127,6 +137,9 @@ class AsyncClient(AsyncAdmin, AsyncPeriodicAdmin):
         driver: str | None = None,
         registry: WorkerRegistry | None = None,
         settings: Settings | None = None,
+        pgbouncer: bool | None = None,
+        listen_dsn: str | None = None,
+        poll_only: bool | None = None,
     ) -> AsyncClient:
         """Create a client from a database URL or a driver-native pool or connection.
 
@@ -135,7 +148,18 @@ class AsyncClient(AsyncAdmin, AsyncPeriodicAdmin):
         ``AsyncConnectionPool`` (of the same sync or asyncio flavour as the client), which the
         client uses but never closes. ``driver`` names the driver (default: the URL's
         ``postgresql+<driver>://`` scheme, then ``$PGQUEUE_DRIVER``, then ``"psycopg"``).
+
+        Behind a transaction pooler (PgBouncer ``pool_mode = transaction``): ``pgbouncer=True``
+        makes the pool pgqueue opens prepare no statements (a pool handed in must be set up
+        so, or it is refused), and ``listen_dsn`` is a URL straight to PostgreSQL for the two
+        sessions that must outlive a transaction: the LISTEN session and the leader's
+        advisory lock. Without ``listen_dsn``, ``pgbouncer=True`` means ``poll_only``: no
+        LISTEN (workers poll every ``poll_interval``) and a leader elected by a lease.
+        ``poll_only=True`` asks for that anywhere. Left out, ``pgbouncer`` and ``listen_dsn``
+        come from ``$PGQUEUE_PGBOUNCER`` and ``$PGQUEUE_LISTEN_DSN``. docs/deployment.md says
+        more.
         """
+        options = connect_options(pgbouncer=pgbouncer, listen_dsn=listen_dsn)
         if target is None or isinstance(target, str):
             url = target or os.environ.get("PGQUEUE_DSN") or os.environ.get("DATABASE_URL")
             if not url:
@@ -145,10 +169,12 @@ class AsyncClient(AsyncAdmin, AsyncPeriodicAdmin):
                 )
             name, connect_url = resolve_driver_name(url, driver)
             assert connect_url is not None  # an adapter reads a URL as a URL
-            drv = await load_adapter(name).async_connect(connect_url)
+            drv = await load_adapter(name).async_connect(connect_url, **options)
         else:
-            drv = adapter_for_native(target).async_from_native(target)
-        return cls(drv, registry=registry, settings=settings)
+            drv = adapter_for_native(target).async_from_native(target, **options)
+        if poll_only is None:
+            poll_only = "pgbouncer" in options and "session_url" not in options
+        return cls(drv, registry=registry, settings=settings, poll_only=poll_only)
 
     async def close(self) -> None:
         """Stop the workers if running, then close what the client's driver opened.
@@ -227,6 +253,7 @@ class AsyncClient(AsyncAdmin, AsyncPeriodicAdmin):
             config or RuntimeConfig(),
             events=self.events,
             until_empty=until_empty,
+            poll_only=self.poll_only,
         )
         # set first: a Ctrl-C the moment start() returns still finds the runtime to stop
         self._runtime = runtime

@@ -15,7 +15,12 @@ from typing import Literal, Protocol
 
 from typing_extensions import Unpack
 
-from ..adapter_registry import adapter_for_native, load_adapter, resolve_driver_name
+from ..adapter_registry import (
+    adapter_for_native,
+    connect_options,
+    load_adapter,
+    resolve_driver_name,
+)
 from ..enqueue import PreparedJob, call_options, prepare
 from ..errors import (
     ConfigurationError,
@@ -104,10 +109,15 @@ class Client(Admin, PeriodicAdmin):
         *,
         registry: WorkerRegistry | None = None,
         settings: Settings | None = None,
+        poll_only: bool = False,
     ) -> None:
         self.driver = driver
         self.registry = registry
         self.settings = settings or Settings()
+        self.poll_only = poll_only
+        """True: the workers never LISTEN (they poll every ``poll_interval``) and elect their
+        leader by a lease in the instances table instead of a session advisory lock. Set by
+        :meth:`connect` for ``pgbouncer=True`` without ``listen_dsn``; see docs/deployment.md."""
         self._store = Store(driver, self.settings)
         self._runtime: Runtime | None = None
         self.events = EventHub()
@@ -129,6 +139,9 @@ class Client(Admin, PeriodicAdmin):
         driver: str | None = None,
         registry: WorkerRegistry | None = None,
         settings: Settings | None = None,
+        pgbouncer: bool | None = None,
+        listen_dsn: str | None = None,
+        poll_only: bool | None = None,
     ) -> Client:
         """Create a client from a database URL or a driver-native pool or connection.
 
@@ -137,7 +150,18 @@ class Client(Admin, PeriodicAdmin):
         ``ConnectionPool`` (of the same sync or asyncio flavour as the client), which the
         client uses but never closes. ``driver`` names the driver (default: the URL's
         ``postgresql+<driver>://`` scheme, then ``$PGQUEUE_DRIVER``, then ``"psycopg"``).
+
+        Behind a transaction pooler (PgBouncer ``pool_mode = transaction``): ``pgbouncer=True``
+        makes the pool pgqueue opens prepare no statements (a pool handed in must be set up
+        so, or it is refused), and ``listen_dsn`` is a URL straight to PostgreSQL for the two
+        sessions that must outlive a transaction: the LISTEN session and the leader's
+        advisory lock. Without ``listen_dsn``, ``pgbouncer=True`` means ``poll_only``: no
+        LISTEN (workers poll every ``poll_interval``) and a leader elected by a lease.
+        ``poll_only=True`` asks for that anywhere. Left out, ``pgbouncer`` and ``listen_dsn``
+        come from ``$PGQUEUE_PGBOUNCER`` and ``$PGQUEUE_LISTEN_DSN``. docs/deployment.md says
+        more.
         """
+        options = connect_options(pgbouncer=pgbouncer, listen_dsn=listen_dsn)
         if target is None or isinstance(target, str):
             url = target or os.environ.get("PGQUEUE_DSN") or os.environ.get("DATABASE_URL")
             if not url:
@@ -147,10 +171,12 @@ class Client(Admin, PeriodicAdmin):
                 )
             name, connect_url = resolve_driver_name(url, driver)
             assert connect_url is not None  # an adapter reads a URL as a URL
-            drv = load_adapter(name).sync_connect(connect_url)
+            drv = load_adapter(name).sync_connect(connect_url, **options)
         else:
-            drv = adapter_for_native(target).sync_from_native(target)
-        return cls(drv, registry=registry, settings=settings)
+            drv = adapter_for_native(target).sync_from_native(target, **options)
+        if poll_only is None:
+            poll_only = "pgbouncer" in options and "session_url" not in options
+        return cls(drv, registry=registry, settings=settings, poll_only=poll_only)
 
     def close(self) -> None:
         """Stop the workers if running, then close what the client's driver opened.
@@ -229,6 +255,7 @@ class Client(Admin, PeriodicAdmin):
             config or RuntimeConfig(),
             events=self.events,
             until_empty=until_empty,
+            poll_only=self.poll_only,
         )
         # set first: a Ctrl-C the moment start() returns still finds the runtime to stop
         self._runtime = runtime

@@ -93,12 +93,24 @@ class AdvisoryLock(Protocol):
         """The PostgreSQL backend pid of the session holding the lock."""
         ...
 
+    def try_take(self) -> bool:
+        """Try to take the lock on this session, without waiting; True when it holds it now.
+
+        A session that did not get the lock keeps it for the next try, so a candidate tries
+        again every round on one session instead of opening one per round. Raises
+        :class:`pgqueue.ConnectionLost` when the session died (release it and open another).
+        """
+        ...
+
     def is_held(self) -> bool:
         """Return True if the session is alive and still holds the lock (one round trip)."""
         ...
 
     def release(self) -> None:
-        """Release the lock and close its session. Idempotent; never raises for a dead session."""
+        """Release the lock, if held, and close its session.
+
+        Idempotent; never raises for a dead session.
+        """
         ...
 
 
@@ -134,6 +146,15 @@ class Driver(Protocol):
         server ends it, and releases the lock, once it has been idle that long: a holder whose
         process stalls (stopped, swapped out) cannot keep the lock. The holder keeps the session
         busy by calling ``is_held()`` more often than that.
+        """
+        ...
+
+    def advisory_lock(self, key: int, idle_timeout: float | None = None) -> AdvisoryLock:
+        """Open a dedicated session for session advisory lock ``key``, without taking it.
+
+        ``try_take()`` takes it, as often as needed, on that one session; ``release()`` closes
+        the session. ``idle_timeout``: as for :meth:`try_advisory_lock`, set when the session
+        opens, so a candidate that keeps trying keeps its session.
         """
         ...
 
@@ -187,6 +208,10 @@ class TxDriverBase:
         """Try to take an advisory lock on a dedicated session (through the parent driver)."""
         return self._require_parent().try_advisory_lock(key, idle_timeout)
 
+    def advisory_lock(self, key: int, idle_timeout: float | None = None) -> AdvisoryLock:
+        """Open a dedicated session for an advisory lock (through the parent driver)."""
+        return self._require_parent().advisory_lock(key, idle_timeout)
+
     def close(self) -> None:
         """Do nothing: the transaction's connection belongs to whoever opened it."""
 
@@ -196,8 +221,8 @@ class AdvisoryLockBase:
 
     A subclass holds one dedicated session and says how to run a statement on it
     (``_fetch``, the library's errors translated to pgqueue's), whether the session is closed
-    and how to close it. The lock owns the session: it closes it when the lock is not taken,
-    and on release.
+    and how to close it. The lock owns the session: it closes it on release, and when a
+    one-shot ``try_advisory_lock`` did not get the lock.
     """
 
     def __init__(self, key: int, backend_pid: int) -> None:
@@ -213,23 +238,37 @@ class AdvisoryLockBase:
     def _close_session(self) -> None:
         raise NotImplementedError
 
-    def _take(self, idle_timeout: float | None) -> bool:
-        """Try to take the lock, without waiting; close the session unless it was taken.
+    def _prepare(self, idle_timeout: float | None) -> None:
+        """Set the session's ``idle_session_timeout``; close the session if that fails.
 
-        ``idle_timeout``: see ``Driver.try_advisory_lock``.
+        See ``Driver.try_advisory_lock``.
         """
+        if idle_timeout is None:
+            return
         try:
-            rows = self._fetch(ADVISORY_LOCK_TRY_SQL, (self._key,))
-            if rows[0][0] and idle_timeout is not None:
-                setting = idle_timeout_setting(idle_timeout)
-                self._fetch(ADVISORY_LOCK_IDLE_TIMEOUT_SQL, (setting,))
+            self._fetch(ADVISORY_LOCK_IDLE_TIMEOUT_SQL, (idle_timeout_setting(idle_timeout),))
         except BaseException:
             self._close_session()
             raise
-        if not rows[0][0]:
+
+    def _take(self, idle_timeout: float | None) -> bool:
+        """Prepare the session and try the lock once; close the session unless it was taken."""
+        self._prepare(idle_timeout)
+        try:
+            taken = self.try_take()
+        except BaseException:
             self._close_session()
-            return False
-        return True
+            raise
+        if not taken:
+            self._close_session()
+        return taken
+
+    def try_take(self) -> bool:
+        """Try the lock on this session, without waiting; keep the session either way."""
+        if self._session_closed():
+            raise ConnectionLost("the advisory lock's session is closed: open another")
+        rows = self._fetch(ADVISORY_LOCK_TRY_SQL, (self._key,))
+        return bool(rows[0][0])
 
     @property
     def key(self) -> int:

@@ -342,6 +342,16 @@ class Store(PeriodicStore):
         """Mark the instance as the leader (and no other)."""
         self._exec(self._q.instance_set_leader, (instance_id,))
 
+    def instance_lead(self, instance_id: uuid.UUID, fresh_within: float) -> bool:
+        """Take or keep the leader's lease (``poll_only``); return whether this instance has it.
+
+        Another instance keeps it while its heartbeat is newer than ``fresh_within`` seconds.
+        """
+        with self.transaction() as tx:
+            tx._exec(self._q.instance_lead_lock, (self.settings.advisory_key("lease"),))
+            rows = tx._query(self._q.instance_lead, (instance_id, fresh_within))
+        return bool(rows[0][0])
+
     def instance_remove_stale(self, older_than: float, leader: uuid.UUID) -> list[uuid.UUID]:
         """Remove instances whose heartbeat is older than ``older_than`` seconds; their ids.
 

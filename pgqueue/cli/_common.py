@@ -208,6 +208,10 @@ class Target:
     url: str | None
     driver: str | None
     settings: Settings
+    # None: Client.connect reads $PGQUEUE_PGBOUNCER / $PGQUEUE_LISTEN_DSN (every command)
+    pgbouncer: bool | None = None
+    listen_dsn: str | None = None
+    poll_only: bool | None = None
 
     @classmethod
     def from_options(
@@ -231,15 +235,20 @@ class Target:
 
     def connect(self, registry: WorkerRegistry | None = None) -> Client:
         """Connect a sync client (the caller closes it)."""
-        return Client.connect(
-            self.url, driver=self.driver, registry=registry, settings=self.settings
-        )
+        return Client.connect(self.url, registry=registry, **self._connect_options())
 
     async def connect_async(self, registry: WorkerRegistry | None = None) -> AsyncClient:
         """Connect an asyncio client (the caller closes it)."""
-        return await AsyncClient.connect(
-            self.url, driver=self.driver, registry=registry, settings=self.settings
-        )
+        return await AsyncClient.connect(self.url, registry=registry, **self._connect_options())
+
+    def _connect_options(self) -> dict[str, Any]:
+        return {
+            "driver": self.driver,
+            "settings": self.settings,
+            "pgbouncer": self.pgbouncer,
+            "listen_dsn": self.listen_dsn,
+            "poll_only": self.poll_only,
+        }
 
     def run(
         self,

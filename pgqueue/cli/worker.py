@@ -177,6 +177,32 @@ class WorkerOptions:
     help="log lines as text, or one JSON object per line with the job's fields (job_id, "
     "job_kind, job_queue, job_attempt, duration, outcome, error, traceback...)",
 )
+@click.option(
+    "--pgbouncer",
+    is_flag=True,
+    default=None,
+    envvar="PGQUEUE_PGBOUNCER",
+    show_envvar=True,
+    help="the URL leads to a transaction pooler (PgBouncer pool_mode=transaction): prepare no "
+    "statements; without --listen-dsn, also --poll-only",
+)
+@click.option(
+    "--listen-dsn",
+    metavar="URL",
+    envvar="PGQUEUE_LISTEN_DSN",
+    show_envvar=True,
+    help="a URL straight to PostgreSQL for the LISTEN session and the leader's lock (around "
+    "a transaction pooler)",
+)
+@click.option(
+    "--poll-only",
+    is_flag=True,
+    default=None,
+    envvar="PGQUEUE_POLL_ONLY",
+    show_envvar=True,
+    help="never LISTEN (poll every --poll-interval) and elect the leader by a lease in the "
+    "instances table, not a session lock",
+)
 @observability_options
 @target_options
 @_runtime_options
@@ -196,6 +222,9 @@ def worker(
     health_port: int | None,
     http_host: str,
     otel: bool,
+    pgbouncer: bool | None,
+    listen_dsn: str | None,
+    poll_only: bool | None,
     dsn: str | None,
     driver: str | None,
     schema: str,
@@ -212,7 +241,12 @@ def worker(
     and none runs here (a batch run, a test).
     """
     options = WorkerOptions(
-        target=Target.from_options(dsn, driver, schema, prefix),
+        target=dataclasses.replace(
+            Target.from_options(dsn, driver, schema, prefix),
+            pgbouncer=pgbouncer,
+            listen_dsn=listen_dsn or None,
+            poll_only=poll_only,
+        ),
         registry=registry,
         queues=queues,
         migrate=migrate,

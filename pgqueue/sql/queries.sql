@@ -322,6 +322,28 @@ UPDATE {{schema}}.{{instances}} SET is_leader = false WHERE instance_id = $1;
 UPDATE {{schema}}.{{instances}} SET is_leader = (instance_id = $1)
 WHERE is_leader OR instance_id = $1;
 
+-- name: instance_lead_lock
+-- Taken before instance_lead in the same transaction: it serialises the candidates for the
+-- lease, and its own statement, so instance_lead's snapshot sees the last winner's commit. A
+-- transaction-level lock works through a transaction pooler, where a session lock does not.
+SELECT pg_advisory_xact_lock($1);
+
+-- name: instance_lead
+-- The leader's lease, for a runtime with no session to hold the leader's advisory lock on
+-- (poll_only: behind a transaction pooler with no direct URL). The lease is the is_leader mark
+-- of an instance whose heartbeat is fresh. This instance ($1) takes or keeps it unless another
+-- instance holds it with a heartbeat newer than $2 seconds; returns whether it holds it now.
+WITH taken AS (
+    UPDATE {{schema}}.{{instances}} SET is_leader = (instance_id = $1)
+    WHERE (is_leader OR instance_id = $1)
+        AND NOT EXISTS (
+            SELECT 1 FROM {{schema}}.{{instances}} o
+            WHERE o.is_leader AND o.instance_id <> $1
+                AND o.heartbeat_at > now() - $2::float8 * interval '1 second')
+    RETURNING instance_id, is_leader
+)
+SELECT EXISTS (SELECT 1 FROM taken WHERE instance_id = $1 AND is_leader);
+
 -- name: instance_remove_stale
 -- Instances whose heartbeat is older than $1 seconds are presumed dead, except the leader's own
 -- ($2): it is running this statement, so it is alive. Its heartbeat can still be stale (a

@@ -152,7 +152,8 @@ class Live:
                 elif now - alone_since >= self.linger:
                     self._ending = True
                     return
-                if listener is None and now >= listen_after:
+                # poll_only (a transaction pooler, no direct URL): LISTEN would hear nothing
+                if listener is None and now >= listen_after and not client.poll_only:
                     try:
                         listener = await client.driver.listener(client.settings.channel)
                         self.mode = "listen"

@@ -29,6 +29,7 @@ from ._library import (
     AsyncpgListener,
     close_quietly,
     copy_rows,
+    open_session,
     run,
     translate_error,
 )
@@ -134,10 +135,16 @@ class AsyncpgDriver:
     """
 
     def __init__(
-        self, source: asyncpg.Pool | asyncpg.Connection, *, owns_source: bool = False
+        self,
+        source: asyncpg.Pool | asyncpg.Connection,
+        *,
+        owns_source: bool = False,
+        session_url: str | None = None,
     ) -> None:
         self._pool: Any = None
         self._conn: Any = None
+        # LISTEN and advisory locks go straight to the server (around a transaction pooler)
+        self._session_url = session_url
         if isinstance(source, asyncpg.Pool):
             self._pool = source
         elif isinstance(source, (asyncpg.Connection, PoolConnectionProxy)):
@@ -225,6 +232,8 @@ class AsyncpgDriver:
                 raise translate_error(exc) from exc
 
     async def _dedicated(self) -> Any:
+        if self._session_url is not None:
+            return await open_session(self._session_url)
         # Computed before connecting so that a connection that cannot be copied says so.
         kwargs = None if self._pool is not None else _connection_connect_kwargs(self._conn)
         try:
@@ -246,6 +255,15 @@ class AsyncpgDriver:
         ``idle_timeout``: see ``AsyncDriver.try_advisory_lock``.
         """
         return await AsyncpgAdvisoryLock.acquire(await self._dedicated(), key, idle_timeout)
+
+    async def advisory_lock(
+        self, key: int, idle_timeout: float | None = None
+    ) -> AsyncpgAdvisoryLock:
+        """Open a dedicated connection for advisory lock ``key``, not yet taken (``try_take``).
+
+        ``idle_timeout``: see ``AsyncDriver.advisory_lock``.
+        """
+        return await AsyncpgAdvisoryLock.open(await self._dedicated(), key, idle_timeout)
 
     async def copy_records(
         self,
@@ -322,27 +340,67 @@ async def _keep_session(conn: Any) -> None:
     """
 
 
-async def async_connect(url: str, *, min_size: int = 1, max_size: int = 10) -> AsyncpgDriver:
-    """Open a pool on ``url`` and return a driver that owns it (closed by ``driver.close()``)."""
-    try:
-        # Connect once first: a wrong URL fails now with the server's message.
-        probe = await asyncpg.connect(url)
-        await probe.close()
-    except _CONNECT_ERRORS as exc:
-        raise ConnectionLost(f"cannot connect to the database: {exc}".strip()) from exc
+async def async_connect(
+    url: str,
+    *,
+    min_size: int = 1,
+    max_size: int = 10,
+    session_url: str | None = None,
+    pgbouncer: bool = False,
+) -> AsyncpgDriver:
+    """Open a pool on ``url`` and return a driver that owns it (closed by ``driver.close()``).
+
+    ``session_url``: where dedicated sessions (LISTEN, the leader's lock) connect instead of
+    ``url``. ``pgbouncer``: ``url`` leads to a transaction pooler, so the pool keeps no
+    prepared statements (``statement_cache_size=0``): the pooler may run the next statement on
+    another server session, where a named prepared statement does not exist.
+    """
+    for target in (url, session_url):
+        if target is None:
+            continue
+        try:
+            # Connect once first: a wrong URL fails now with the server's message.
+            probe = await asyncpg.connect(target)
+            await probe.close()
+        except _CONNECT_ERRORS as exc:
+            raise ConnectionLost(f"cannot connect to the database: {exc}".strip()) from exc
+    extra: dict[str, Any] = {"statement_cache_size": 0} if pgbouncer else {}
     try:
         pool = await asyncpg.create_pool(
-            url, min_size=min(min_size, max_size), max_size=max_size, reset=_keep_session
+            url, min_size=min(min_size, max_size), max_size=max_size, reset=_keep_session, **extra
         )
     except ERRORS as exc:
         raise ConnectionLost(f"cannot connect to the database: {exc}".strip()) from exc
-    return AsyncpgDriver(pool, owns_source=True)
+    return AsyncpgDriver(pool, owns_source=True, session_url=session_url)
 
 
-def async_from_native(obj: object) -> AsyncpgDriver:
-    """Return a driver that uses a caller's asyncpg ``Pool`` or ``Connection`` (never closed)."""
+def _check_uncached(obj: Any) -> None:
+    """Refuse a pool or connection that caches prepared statements, for ``pgbouncer=True``."""
+    if isinstance(obj, asyncpg.Pool):
+        size = getattr(obj, "_connect_kwargs", {}).get("statement_cache_size", 100)
+    else:
+        config = getattr(obj, "_config", None)
+        size = getattr(config, "statement_cache_size", 0)
+    if size:
+        raise ConfigurationError(
+            "behind PgBouncer's transaction pooling, asyncpg must not cache prepared statements "
+            "(the next statement may run on another server session): create the pool (or "
+            "connection) with statement_cache_size=0"
+        )
+
+
+def async_from_native(
+    obj: object, *, session_url: str | None = None, pgbouncer: bool = False
+) -> AsyncpgDriver:
+    """Return a driver that uses a caller's asyncpg ``Pool`` or ``Connection`` (never closed).
+
+    ``session_url`` and ``pgbouncer``: see :func:`async_connect`; with ``pgbouncer`` the pool
+    must already be created with ``statement_cache_size=0``.
+    """
     if isinstance(obj, (asyncpg.Pool, asyncpg.Connection, PoolConnectionProxy)):
-        return AsyncpgDriver(obj)
+        if pgbouncer:
+            _check_uncached(obj)
+        return AsyncpgDriver(obj, session_url=session_url)
     raise ConfigurationError(
         f"cannot use a {type(obj).__module__}.{type(obj).__qualname__} here: pass an asyncpg "
         "Pool or Connection"
@@ -368,12 +426,12 @@ def async_wrap_transaction(obj: object) -> AsyncpgTxDriver:
     return AsyncpgTxDriver(obj, parent=None)
 
 
-def sync_connect(url: str, *, min_size: int = 1, max_size: int = 10) -> NoReturn:
+def sync_connect(url: str, **_options: Any) -> NoReturn:
     """Refuse: asyncpg has no sync API."""
     raise ConfigurationError(_SYNC_REFUSAL)
 
 
-def sync_from_native(obj: object) -> NoReturn:
+def sync_from_native(obj: object, **_options: Any) -> NoReturn:
     """Refuse: asyncpg has no sync API."""
     raise ConfigurationError(_SYNC_REFUSAL)
 

@@ -69,8 +69,9 @@ class AsyncPsycopgDriver:
     """``AsyncDriver`` over psycopg 3: a pool, or one connection shared under a lock.
 
     Statements outside ``with_tx`` commit on their own. Listeners and advisory locks always get
-    a dedicated connection opened with the same connection parameters. ``close()`` closes a
-    pool the driver opened itself (see :func:`async_connect`), never one it was handed.
+    a dedicated connection, opened with the same connection parameters, or on ``session_url``
+    when given (a direct route around a transaction pooler). ``close()`` closes a pool the
+    driver opened itself (see :func:`async_connect`), never one it was handed.
     """
 
     def __init__(
@@ -78,6 +79,7 @@ class AsyncPsycopgDriver:
         source: AsyncConnectionPool[Any] | AsyncConnection[Any],
         *,
         owns_source: bool = False,
+        session_url: str | None = None,
     ) -> None:
         self._pool: AsyncConnectionPool[Any] | None = None
         self._conn: AsyncConnection[Any] | None = None
@@ -97,6 +99,9 @@ class AsyncPsycopgDriver:
                 "AsyncPsycopgDriver needs a psycopg AsyncConnectionPool or AsyncConnection, "
                 f"got {type(source).__name__}"
             )
+        if session_url is not None:
+            # LISTEN and advisory locks go straight to the server (around a transaction pooler)
+            self._conninfo, self._connect_kwargs = session_url, {}
         self._owns_source = owns_source
         self._lock = AsyncLock()
         # Only for a pool of our own (autocommit connections) of two or more: all but one may be
@@ -188,6 +193,15 @@ class AsyncPsycopgDriver:
         """
         return await AsyncPsycopgAdvisoryLock.acquire(await self._dedicated(), key, idle_timeout)
 
+    async def advisory_lock(
+        self, key: int, idle_timeout: float | None = None
+    ) -> AsyncPsycopgAdvisoryLock:
+        """Open a dedicated connection for advisory lock ``key``, not yet taken (``try_take``).
+
+        ``idle_timeout``: see ``AsyncDriver.advisory_lock``.
+        """
+        return await AsyncPsycopgAdvisoryLock.open(await self._dedicated(), key, idle_timeout)
+
     async def copy_records(
         self,
         schema: str,
@@ -258,26 +272,70 @@ class AsyncPsycopgTxDriver(AsyncTxDriverBase):
         await async_run(conn, f"RELEASE SAVEPOINT {name}", (), False)
 
 
-async def async_connect(url: str, *, min_size: int = 1, max_size: int = 10) -> AsyncPsycopgDriver:
-    """Open a pool on ``url`` and return a driver that owns it (closed by ``driver.close()``)."""
-    try:
-        # Connect once first: a wrong URL fails now with the server's message, instead of the
-        # pool retrying in the background until its timeout.
-        probe = await AsyncConnection.connect(url)
-        await probe.close()
-    except psycopg.Error as exc:
-        raise ConnectionLost(f"cannot connect to the database: {exc}".strip()) from exc
+async def async_connect(
+    url: str,
+    *,
+    min_size: int = 1,
+    max_size: int = 10,
+    session_url: str | None = None,
+    pgbouncer: bool = False,
+) -> AsyncPsycopgDriver:
+    """Open a pool on ``url`` and return a driver that owns it (closed by ``driver.close()``).
+
+    ``session_url``: where dedicated sessions (LISTEN, the leader's lock) connect instead of
+    ``url``. ``pgbouncer``: ``url`` leads to a transaction pooler, so the pool's connections
+    never prepare statements (``prepare_threshold=None``): the pooler may run the next
+    statement on another server session, where the prepared one does not exist.
+    """
+    kwargs: dict[str, Any] = {"autocommit": True}
+    if pgbouncer:
+        kwargs["prepare_threshold"] = None
+    for target in (url, session_url):
+        if target is None:
+            continue
+        try:
+            # Connect once first: a wrong URL fails now with the server's message, instead of
+            # the pool retrying in the background until its timeout.
+            probe = await AsyncConnection.connect(target)
+            await probe.close()
+        except psycopg.Error as exc:
+            raise ConnectionLost(f"cannot connect to the database: {exc}".strip()) from exc
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-        url, min_size=min_size, max_size=max_size, open=False, kwargs={"autocommit": True}
+        url, min_size=min_size, max_size=max_size, open=False, kwargs=kwargs
     )
     await pool.open(wait=True)
-    return AsyncPsycopgDriver(pool, owns_source=True)
+    return AsyncPsycopgDriver(pool, owns_source=True, session_url=session_url)
 
 
-def async_from_native(obj: object) -> AsyncPsycopgDriver:
-    """Return a driver that uses a caller's ``AsyncConnectionPool`` or ``AsyncConnection``."""
+def _check_unprepared(obj: AsyncConnectionPool[Any] | AsyncConnection[Any]) -> None:
+    """Refuse a pool or connection that prepares statements, for ``pgbouncer=True``."""
+    if isinstance(obj, AsyncConnectionPool):
+        kwargs = obj.kwargs
+        if callable(kwargs):  # computed per connection: cannot be checked here
+            return
+        threshold = (kwargs or {}).get("prepare_threshold", 5)
+    else:
+        threshold = obj.prepare_threshold
+    if threshold is not None:
+        raise ConfigurationError(
+            "behind PgBouncer's transaction pooling, psycopg must not prepare statements (the "
+            "next statement may run on another server session): open the pool with "
+            "kwargs={'prepare_threshold': None} (a connection: prepare_threshold=None)"
+        )
+
+
+def async_from_native(
+    obj: object, *, session_url: str | None = None, pgbouncer: bool = False
+) -> AsyncPsycopgDriver:
+    """Return a driver that uses a caller's ``AsyncConnectionPool`` or ``AsyncConnection``.
+
+    ``session_url`` and ``pgbouncer``: see :func:`async_connect`; with ``pgbouncer`` the pool
+    must already be configured not to prepare statements.
+    """
     if isinstance(obj, AsyncConnectionPool | AsyncConnection):
-        return AsyncPsycopgDriver(obj)
+        if pgbouncer:
+            _check_unprepared(obj)
+        return AsyncPsycopgDriver(obj, session_url=session_url)
     raise ConfigurationError(
         f"cannot use a {type(obj).__module__}.{type(obj).__qualname__} here: pass a psycopg "
         f"AsyncConnectionPool or AsyncConnection ({_OTHER_SIDE})"

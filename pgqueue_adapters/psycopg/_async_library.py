@@ -159,6 +159,18 @@ class AsyncPsycopgAdvisoryLock(AsyncAdvisoryLockBase):
         lock = cls(conn, key)
         return lock if await lock._take(idle_timeout) else None
 
+    @classmethod
+    async def open(
+        cls, conn: AsyncConnection[Any], key: int, idle_timeout: float | None = None
+    ) -> AsyncPsycopgAdvisoryLock:
+        """Make ``conn`` (autocommit, dedicated) the session of lock ``key``, not yet taken.
+
+        ``idle_timeout``: see ``AsyncDriver.advisory_lock``.
+        """
+        lock = cls(conn, key)
+        await lock._prepare(idle_timeout)
+        return lock
+
     async def _fetch(self, query: str, params: Params) -> list[Row]:
         return await async_run(self._conn, query, params, True)
 

@@ -159,6 +159,18 @@ class PsycopgAdvisoryLock(AdvisoryLockBase):
         lock = cls(conn, key)
         return lock if lock._take(idle_timeout) else None
 
+    @classmethod
+    def open(
+        cls, conn: Connection[Any], key: int, idle_timeout: float | None = None
+    ) -> PsycopgAdvisoryLock:
+        """Make ``conn`` (autocommit, dedicated) the session of lock ``key``, not yet taken.
+
+        ``idle_timeout``: see ``Driver.advisory_lock``.
+        """
+        lock = cls(conn, key)
+        lock._prepare(idle_timeout)
+        return lock
+
     def _fetch(self, query: str, params: Params) -> list[Row]:
         return sync_run(self._conn, query, params, True)
 

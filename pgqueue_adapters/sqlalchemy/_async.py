@@ -42,7 +42,7 @@ from .._hot import HotConnection
 from ._errors import DB_ERRORS, dbapi_error, translate_checkout_error, translate_error
 from ._native import AUTOCOMMIT_REFUSAL, native_idle, watched
 from ._placeholders import bind_params
-from ._shared import Side, describe, engine_url, unscope
+from ._shared import Side, describe, engine_url, refuse_pgbouncer, unscope
 
 __all__ = [
     "AsyncSQLAlchemyDriver",
@@ -143,9 +143,15 @@ class AsyncSQLAlchemyDriver:
     """
 
     def __init__(
-        self, source: sa.AsyncEngine | sa.AsyncConnection, *, owns_source: bool = False
+        self,
+        source: sa.AsyncEngine | sa.AsyncConnection,
+        *,
+        owns_source: bool = False,
+        session_url: str | None = None,
     ) -> None:
         _SIDE.refuse_other_side(source)
+        # LISTEN and advisory locks go there, when given (around a transaction pooler)
+        self._session_url = session_url
         self._engine: sa.AsyncEngine | None = None
         self._conn: sa.AsyncConnection | None = None
         self._native_run: _NativeRun | None = None
@@ -310,7 +316,7 @@ class AsyncSQLAlchemyDriver:
 
     async def listener(self, channel: str) -> AsyncListener:
         """Open a dedicated connection that LISTENs on ``channel``."""
-        dsn = _SIDE.dedicated_dsn(self._dialect, self._url)
+        dsn = self._session_url or _SIDE.dedicated_dsn(self._dialect, self._url)
         # async-only: begin
         if self._dialect.driver == "asyncpg":
             from pgqueue_adapters.asyncpg import AsyncpgListener, open_session
@@ -328,7 +334,7 @@ class AsyncSQLAlchemyDriver:
 
         ``idle_timeout``: see ``AsyncDriver.try_advisory_lock``.
         """
-        dsn = _SIDE.dedicated_dsn(self._dialect, self._url)
+        dsn = self._session_url or _SIDE.dedicated_dsn(self._dialect, self._url)
         # async-only: begin
         if self._dialect.driver == "asyncpg":
             from pgqueue_adapters.asyncpg import AsyncpgAdvisoryLock, open_session
@@ -339,6 +345,23 @@ class AsyncSQLAlchemyDriver:
 
         session = await async_open_session(dsn)
         return await AsyncPsycopgAdvisoryLock.acquire(session, key, idle_timeout)
+
+    async def advisory_lock(self, key: int, idle_timeout: float | None = None) -> AsyncAdvisoryLock:
+        """Open a dedicated connection for advisory lock ``key``, not yet taken (``try_take``).
+
+        ``idle_timeout``: see ``AsyncDriver.advisory_lock``.
+        """
+        dsn = self._session_url or _SIDE.dedicated_dsn(self._dialect, self._url)
+        # async-only: begin
+        if self._dialect.driver == "asyncpg":
+            from pgqueue_adapters.asyncpg import AsyncpgAdvisoryLock, open_session
+
+            return await AsyncpgAdvisoryLock.open(await open_session(dsn), key, idle_timeout)
+        # async-only: end
+        from pgqueue_adapters.psycopg import AsyncPsycopgAdvisoryLock, async_open_session
+
+        session = await async_open_session(dsn)
+        return await AsyncPsycopgAdvisoryLock.open(session, key, idle_timeout)
 
     async def copy_records(
         self,
@@ -482,14 +505,21 @@ class AsyncSQLAlchemyTxDriver(AsyncTxDriverBase):
 # -- entry points -------------------------------------------------------------------------------
 
 
-async def async_connect(url: str, *, pool_size: int = 10) -> AsyncSQLAlchemyDriver:
+async def async_connect(
+    url: str, *, pool_size: int = 10, session_url: str | None = None, pgbouncer: bool = False
+) -> AsyncSQLAlchemyDriver:
     """Create an engine on ``url`` and return a driver that owns it.
+
+    ``session_url``: where dedicated sessions (LISTEN, the leader's lock) connect instead of
+    ``url``. ``pgbouncer=True`` is refused: see :func:`refuse_pgbouncer`.
 
     ``driver.close()`` disposes of the engine. A plain ``postgresql://`` URL uses psycopg 3,
     ``postgresql+asyncpg://`` uses asyncpg. Connects once first, so that an unreachable
     database fails now. The pool holds at most ``pool_size`` connections (no overflow), as the
     other drivers' pools do, so a process's share of ``max_connections`` is known.
     """
+    if pgbouncer:
+        refuse_pgbouncer()
     parsed = engine_url(url)
     try:
         engine = sa.create_async_engine(parsed, pool_size=pool_size, max_overflow=0)
@@ -502,7 +532,7 @@ async def async_connect(url: str, *, pool_size: int = 10) -> AsyncSQLAlchemyDriv
             f"cannot use {parsed.render_as_string(hide_password=True)}: {exc}"
         ) from exc
     try:
-        driver = AsyncSQLAlchemyDriver(engine, owns_source=True)
+        driver = AsyncSQLAlchemyDriver(engine, owns_source=True, session_url=session_url)
         try:
             probe = await engine.connect()
         except DB_ERRORS as exc:
@@ -515,12 +545,17 @@ async def async_connect(url: str, *, pool_size: int = 10) -> AsyncSQLAlchemyDriv
     return driver
 
 
-def async_from_native(obj: object) -> AsyncSQLAlchemyDriver:
+def async_from_native(
+    obj: object, *, session_url: str | None = None, pgbouncer: bool = False
+) -> AsyncSQLAlchemyDriver:
     """Return a driver that uses a caller's ``AsyncEngine`` or ``AsyncConnection``.
 
     Given a session (``AsyncSession``, or a scoped session), the driver uses the engine or
     connection it is bound to. The driver never disposes of or closes what it was given.
+    ``session_url`` and ``pgbouncer``: see :func:`async_connect`.
     """
+    if pgbouncer:
+        refuse_pgbouncer()
     obj = unscope(obj)
     _SIDE.refuse_other_side(obj)
     if isinstance(obj, AsyncSession):
@@ -531,7 +566,7 @@ def async_from_native(obj: object) -> AsyncSQLAlchemyDriver:
             )
         obj = bind
     if isinstance(obj, sa.AsyncEngine | sa.AsyncConnection):
-        return AsyncSQLAlchemyDriver(obj)
+        return AsyncSQLAlchemyDriver(obj, session_url=session_url)
     raise ConfigurationError(
         f"cannot use a {describe(obj)} here: pass a SQLAlchemy AsyncEngine, AsyncConnection "
         "or AsyncSession"

@@ -15,7 +15,7 @@ from sqlalchemy.engine import Dialect
 
 from pgqueue.errors import ConfigurationError
 
-__all__ = ["Side", "describe", "engine_url", "library_dsn", "unscope"]
+__all__ = ["Side", "describe", "engine_url", "library_dsn", "refuse_pgbouncer", "unscope"]
 
 # URL query keys that SQLAlchemy's dialects consume themselves; the libraries would reject them.
 _SQLALCHEMY_QUERY_KEYS = (
@@ -108,3 +108,16 @@ class Side:
         """Return the plain ``postgresql://`` URL that a dedicated session connects to."""
         self.require_library(dialect)
         return library_dsn(url)
+
+
+def refuse_pgbouncer() -> None:
+    """Refuse ``pgbouncer=True``: pgqueue on SQLAlchemy is not tested behind a transaction pooler.
+
+    SQLAlchemy's dialects prepare statements in ways of their own (its asyncpg dialect always
+    does); the psycopg and asyncpg drivers are the tested route.
+    """
+    raise ConfigurationError(
+        "pgbouncer=True is supported with the psycopg and asyncpg drivers, not through "
+        "SQLAlchemy: connect pgqueue with a postgresql:// (psycopg) or postgresql+asyncpg:// URL "
+        "(your application can keep SQLAlchemy for its own work and add_job_with_tx)"
+    )

@@ -43,7 +43,7 @@ from .._hot import HotConnection
 from ._errors import DB_ERRORS, dbapi_error, translate_checkout_error, translate_error
 from ._native import AUTOCOMMIT_REFUSAL, native_idle, watched
 from ._placeholders import bind_params
-from ._shared import Side, describe, engine_url, unscope
+from ._shared import Side, describe, engine_url, refuse_pgbouncer, unscope
 
 __all__ = [
     "SQLAlchemyDriver",
@@ -129,8 +129,16 @@ class SQLAlchemyDriver:
     disposes of the engine only if the driver owns it (see :func:`sync_connect`).
     """
 
-    def __init__(self, source: sa.Engine | sa.Connection, *, owns_source: bool = False) -> None:
+    def __init__(
+        self,
+        source: sa.Engine | sa.Connection,
+        *,
+        owns_source: bool = False,
+        session_url: str | None = None,
+    ) -> None:
         _SIDE.refuse_other_side(source)
+        # LISTEN and advisory locks go there, when given (around a transaction pooler)
+        self._session_url = session_url
         self._engine: sa.Engine | None = None
         self._conn: sa.Connection | None = None
         self._native_run: _NativeRun | None = None
@@ -292,7 +300,7 @@ class SQLAlchemyDriver:
 
     def listener(self, channel: str) -> Listener:
         """Open a dedicated connection that LISTENs on ``channel``."""
-        dsn = _SIDE.dedicated_dsn(self._dialect, self._url)
+        dsn = self._session_url or _SIDE.dedicated_dsn(self._dialect, self._url)
         from pgqueue_adapters.psycopg import PsycopgListener, sync_open_session
 
         return PsycopgListener.start(sync_open_session(dsn), channel)
@@ -302,11 +310,22 @@ class SQLAlchemyDriver:
 
         ``idle_timeout``: see ``Driver.try_advisory_lock``.
         """
-        dsn = _SIDE.dedicated_dsn(self._dialect, self._url)
+        dsn = self._session_url or _SIDE.dedicated_dsn(self._dialect, self._url)
         from pgqueue_adapters.psycopg import PsycopgAdvisoryLock, sync_open_session
 
         session = sync_open_session(dsn)
         return PsycopgAdvisoryLock.acquire(session, key, idle_timeout)
+
+    def advisory_lock(self, key: int, idle_timeout: float | None = None) -> AdvisoryLock:
+        """Open a dedicated connection for advisory lock ``key``, not yet taken (``try_take``).
+
+        ``idle_timeout``: see ``Driver.advisory_lock``.
+        """
+        dsn = self._session_url or _SIDE.dedicated_dsn(self._dialect, self._url)
+        from pgqueue_adapters.psycopg import PsycopgAdvisoryLock, sync_open_session
+
+        session = sync_open_session(dsn)
+        return PsycopgAdvisoryLock.open(session, key, idle_timeout)
 
     def copy_records(
         self,
@@ -444,14 +463,21 @@ class SQLAlchemyTxDriver(TxDriverBase):
 # -- entry points -------------------------------------------------------------------------------
 
 
-def sync_connect(url: str, *, pool_size: int = 10) -> SQLAlchemyDriver:
+def sync_connect(
+    url: str, *, pool_size: int = 10, session_url: str | None = None, pgbouncer: bool = False
+) -> SQLAlchemyDriver:
     """Create an engine on ``url`` and return a driver that owns it.
+
+    ``session_url``: where dedicated sessions (LISTEN, the leader's lock) connect instead of
+    ``url``. ``pgbouncer=True`` is refused: see :func:`refuse_pgbouncer`.
 
     ``driver.close()`` disposes of the engine. A plain ``postgresql://`` URL uses psycopg 3,
     ``postgresql+asyncpg://`` uses asyncpg. Connects once first, so that an unreachable
     database fails now. The pool holds at most ``pool_size`` connections (no overflow), as the
     other drivers' pools do, so a process's share of ``max_connections`` is known.
     """
+    if pgbouncer:
+        refuse_pgbouncer()
     parsed = engine_url(url)
     try:
         engine = sa.create_engine(parsed, pool_size=pool_size, max_overflow=0)
@@ -464,7 +490,7 @@ def sync_connect(url: str, *, pool_size: int = 10) -> SQLAlchemyDriver:
             f"cannot use {parsed.render_as_string(hide_password=True)}: {exc}"
         ) from exc
     try:
-        driver = SQLAlchemyDriver(engine, owns_source=True)
+        driver = SQLAlchemyDriver(engine, owns_source=True, session_url=session_url)
         try:
             probe = engine.connect()
         except DB_ERRORS as exc:
@@ -477,12 +503,17 @@ def sync_connect(url: str, *, pool_size: int = 10) -> SQLAlchemyDriver:
     return driver
 
 
-def sync_from_native(obj: object) -> SQLAlchemyDriver:
+def sync_from_native(
+    obj: object, *, session_url: str | None = None, pgbouncer: bool = False
+) -> SQLAlchemyDriver:
     """Return a driver that uses a caller's ``Engine`` or ``Connection``.
 
     Given a session (``Session``, or a scoped session), the driver uses the engine or
     connection it is bound to. The driver never disposes of or closes what it was given.
+    ``session_url`` and ``pgbouncer``: see :func:`sync_connect`.
     """
+    if pgbouncer:
+        refuse_pgbouncer()
     obj = unscope(obj)
     _SIDE.refuse_other_side(obj)
     if isinstance(obj, Session):
@@ -493,7 +524,7 @@ def sync_from_native(obj: object) -> SQLAlchemyDriver:
             )
         obj = bind
     if isinstance(obj, sa.Engine | sa.Connection):
-        return SQLAlchemyDriver(obj)
+        return SQLAlchemyDriver(obj, session_url=session_url)
     raise ConfigurationError(
         f"cannot use a {describe(obj)} here: pass a SQLAlchemy Engine, Connection or Session"
     )

@@ -227,6 +227,38 @@ async def test_advisory_lock_with_idle_timeout_is_lost_when_its_holder_stalls(
         await lock.release()
 
 
+async def test_advisory_lock_candidate_tries_again_on_one_session(
+    driver: pgqueue.AsyncDriver, db
+) -> None:
+    # advisory_lock() opens the session and takes nothing; try_take() tries, as often as
+    # needed, on that same session (a follower's candidate: no connection per try)
+    key = 55502
+    first = await driver.advisory_lock(key, idle_timeout=30)
+    second = await driver.advisory_lock(key, idle_timeout=30)
+    try:
+        assert not await first.is_held()
+        assert await first.try_take()
+        assert await first.is_held()
+        pid = second.backend_pid
+        for _ in range(3):
+            assert not await second.try_take()
+        assert second.backend_pid == pid
+        assert not await second.is_held()
+        timeout = db.value(
+            "SELECT setting FROM pg_settings WHERE name = 'idle_session_timeout'"
+        )  # this observer's own: the candidates' sessions are theirs
+        assert timeout == "0"
+        await first.release()
+        assert await second.try_take()
+        assert await second.is_held()
+        with pytest.raises(pgqueue.ConnectionLost):
+            await first.try_take()  # released: the session is closed
+    finally:
+        await first.release()
+        await second.release()
+    assert not await second.is_held()
+
+
 async def test_copy_records(driver: pgqueue.AsyncDriver, table: str, schema: str, db) -> None:
     assert isinstance(driver, pgqueue.AsyncSupportsCopy)
     records = [(i, f"note {i}\ttab\nnewline", f'{{"i": {i}}}') for i in range(1000)]

@@ -229,6 +229,36 @@ def test_advisory_lock_with_idle_timeout_is_lost_when_its_holder_stalls(
         lock.release()
 
 
+def test_advisory_lock_candidate_tries_again_on_one_session(driver: pgqueue.Driver, db) -> None:
+    # advisory_lock() opens the session and takes nothing; try_take() tries, as often as
+    # needed, on that same session (a follower's candidate: no connection per try)
+    key = 55502
+    first = driver.advisory_lock(key, idle_timeout=30)
+    second = driver.advisory_lock(key, idle_timeout=30)
+    try:
+        assert not first.is_held()
+        assert first.try_take()
+        assert first.is_held()
+        pid = second.backend_pid
+        for _ in range(3):
+            assert not second.try_take()
+        assert second.backend_pid == pid
+        assert not second.is_held()
+        timeout = db.value(
+            "SELECT setting FROM pg_settings WHERE name = 'idle_session_timeout'"
+        )  # this observer's own: the candidates' sessions are theirs
+        assert timeout == "0"
+        first.release()
+        assert second.try_take()
+        assert second.is_held()
+        with pytest.raises(pgqueue.ConnectionLost):
+            first.try_take()  # released: the session is closed
+    finally:
+        first.release()
+        second.release()
+    assert not second.is_held()
+
+
 def test_copy_records(driver: pgqueue.Driver, table: str, schema: str, db) -> None:
     assert isinstance(driver, pgqueue.SupportsCopy)
     records = [(i, f"note {i}\ttab\nnewline", f'{{"i": {i}}}') for i in range(1000)]

@@ -6,6 +6,11 @@ Every ``leader_interval`` each instance tries to take the lock; the one holding 
 jobs of dead instances, removes finished jobs past retention and expires unique locks, and
 stands down when it finds the lock gone (or a duty fails). ``LeaderGained``, ``LeaderLost``
 and ``JobsRescued`` say what happened.
+
+A candidate tries on one dedicated session that it keeps between tries (opening one per try
+cost every follower a connection every ``leader_interval``). With ``poll_only`` (behind a
+transaction pooler, no session can hold a lock) the lock is a lease instead: the leader mark
+of an instance whose heartbeat is fresh, taken and renewed by pool statements.
 """
 
 from __future__ import annotations
@@ -22,12 +27,48 @@ from ..compat import Event, wait_event
 from ..driver import AdvisoryLock, Driver
 from ..store import Store
 
-__all__ = ["Leader"]
+__all__ = ["Leader", "LeaseLock"]
 
 logger = logging.getLogger("pgqueue")
 
 # Bound on maintenance rounds per leader tick, so one tick cannot run for ever.
 _MAX_MAINTENANCE_ROUNDS = 20
+
+
+class LeaseLock:
+    """The leader's lease, used as the lock when no session can hold one (``poll_only``).
+
+    Taken and renewed in one short transaction on the pool (``Store.instance_lead``), so
+    it works through a transaction pooler; another instance takes it over once the holder's
+    heartbeat is older than ``fresh_within`` seconds.
+    """
+
+    def __init__(self, store: Store, instance_id: uuid.UUID, fresh_within: float, key: int) -> None:
+        self._store = store
+        self._instance_id = instance_id
+        self._fresh_within = fresh_within
+        self._key = key
+
+    @property
+    def key(self) -> int:
+        """The key of the transaction lock that serialises the candidates."""
+        return self._key
+
+    @property
+    def backend_pid(self) -> int:
+        """0: the lease has no session of its own."""
+        return 0
+
+    def try_take(self) -> bool:
+        """Take or keep the lease; True when this instance holds it."""
+        return self._store.instance_lead(self._instance_id, self._fresh_within)
+
+    def is_held(self) -> bool:
+        """Renew the lease; True while this instance still holds it."""
+        return self.try_take()
+
+    def release(self) -> None:
+        """Nothing to close: the leader's resign clears the mark (``instance_resign``)."""
 
 
 class Leader:
@@ -43,6 +84,7 @@ class Leader:
         stopping: Event,
         events: EventHub,
         instance_id: uuid.UUID,
+        poll_only: bool = False,
     ) -> None:
         self._driver = driver
         self._store = store
@@ -51,7 +93,10 @@ class Leader:
         self._stopping = stopping
         self._events = events
         self._instance_id = instance_id
-        self._lock: AdvisoryLock | None = None
+        self._poll_only = poll_only
+        self._lock: AdvisoryLock | LeaseLock | None = None
+        # the session a follower tries the lock on, kept between tries
+        self._candidate: AdvisoryLock | LeaseLock | None = None
 
     @property
     def is_leader(self) -> bool:
@@ -71,20 +116,37 @@ class Leader:
 
     def _lead_once(self) -> None:
         if self._lock is None:
-            # The lock's session is ended by the server once idle for this long, so a leader
-            # that stalls (SIGSTOP, swapped out, a blocked event loop) loses the lead about when
-            # its heartbeat goes stale, instead of holding it, and every rescue, for ever.
-            idle = max(self._config.rescue_after, 2 * self._config.leader_interval)
-            self._lock = self._driver.try_advisory_lock(self._settings.advisory_key("leader"), idle)
-            if self._lock is None:
+            candidate = self._candidate
+            if candidate is None:
+                candidate = self._candidate = self._open_candidate()
+            try:
+                taken = candidate.try_take()
+            except DatabaseError:
+                self._candidate = None  # its session died: the next tick opens another
+                candidate.release()
+                raise
+            if not taken:
                 return
+            self._lock, self._candidate = candidate, None
             if self._events.wants(LeaderGained):
                 self._events.emit(LeaderGained(self._instance_id))
-            self._store.instance_set_leader(self._instance_id)
+            if not self._poll_only:  # the lease is the mark itself
+                self._store.instance_set_leader(self._instance_id)
         elif not self._lock.is_held():
             self.resign("lock lost")
             return
         self.maintain()
+
+    def _open_candidate(self) -> AdvisoryLock | LeaseLock:
+        # The lock's session is ended by the server once idle for this long, so a leader that
+        # stalls (SIGSTOP, swapped out, a blocked event loop) loses the lead about when its
+        # heartbeat goes stale, instead of holding it, and every rescue, for ever. A lease
+        # lapses after as long without a heartbeat.
+        idle = max(self._config.rescue_after, 2 * self._config.leader_interval)
+        if self._poll_only:
+            key = self._settings.advisory_key("lease")
+            return LeaseLock(self._store, self._instance_id, idle, key)
+        return self._driver.advisory_lock(self._settings.advisory_key("leader"), idle)
 
     def maintain(self) -> None:
         """Run the leader's duties once: rescue, retention cleanup, unique-lock and tick expiry."""
@@ -108,6 +170,13 @@ class Leader:
         store.unique_lock_expire(config.cleanup_batch)
         # the tick ledger keeps as long as failed jobs (each entry's newest tick stays)
         store.cron_tick_cleanup(config.failed_retention, config.cleanup_batch)
+
+    def close(self) -> None:
+        """Stop leading and close the candidate's session (the runtime is stopping)."""
+        candidate, self._candidate = self._candidate, None
+        if candidate is not None:
+            candidate.release()
+        self.resign("stop")
 
     def resign(self, reason: str) -> None:
         """Stop leading, if leading (``reason``: ``lock lost``, ``error`` or ``stop``)."""

@@ -72,6 +72,7 @@ class Runtime:
         *,
         events: EventHub | None = None,
         until_empty: bool = False,
+        poll_only: bool = False,
     ) -> None:
         _check_queues(queues)
         if len(registry) == 0:
@@ -85,6 +86,7 @@ class Runtime:
             events.subscribe(LogSubscriber(), *LogSubscriber.TYPES)
         self.events = events
         self.queues = dict(queues)
+        self.poll_only = poll_only
         self.instance_id = uuid.uuid4()
         self._store = store = Store(driver, settings)
         self._kinds = registry.kinds()
@@ -152,6 +154,7 @@ class Runtime:
             stopping=self._stopping,
             events=events,
             instance_id=self.instance_id,
+            poll_only=poll_only,
         )
         # periodic entries: every process evaluates them (the tick ledger dedups)
         self._scheduler = (
@@ -258,10 +261,11 @@ class Runtime:
             self._executor.open()
             self._flusher = spawn(self._writer.run, name="pgqueue-flusher")
             self._loops = [
-                spawn(self._listener.run, name="pgqueue-listener"),
                 spawn(self._heartbeat.run, name="pgqueue-heartbeat"),
                 spawn(self._leader.run, name="pgqueue-leader"),
             ]
+            if not self.poll_only:  # poll_only: the fetchers poll, the heartbeat relays cancels
+                self._loops.append(spawn(self._listener.run, name="pgqueue-listener"))
             if self._scheduler is not None:
                 self._loops.append(spawn(self._scheduler.run, name="pgqueue-scheduler"))
             self._fetch_tasks = [
@@ -339,7 +343,7 @@ class Runtime:
                 unrecorded,
                 ", ".join(map(str, self._writer.outbox.job_ids(20))),
             )
-        self._leader.resign("stop")
+        self._leader.close()
         try:
             self._store.instance_unregister(self.instance_id)
         except DatabaseError as exc:
