@@ -9,8 +9,10 @@ How a page's examples run (write new examples this way):
   folder on ``sys.path``, and so is the checkout (``import examples.wsgi_app`` works).
   ``$PGQUEUE_DSN`` and ``$DATABASE_URL`` name a fresh database of the page's own, and so does
   the docs' example URL ``postgresql://postgres@127.0.0.1/postgres`` wherever it appears in a
-  block or a command (with a driver's scheme too: ``postgresql+asyncpg://...``). Whatever the
-  examples start is killed when the page ends.
+  block or a command (with a driver's scheme too: ``postgresql+asyncpg://...``). The pooler's
+  example URL ``postgresql://postgres@127.0.0.1:6432/postgres`` (PgBouncer's port) leads to the
+  same database through a real PgBouncer in transaction pooling mode (``tests/pgbouncer.py``),
+  started for the pages that use it. Whatever the examples start is killed when the page ends.
 - A block whose first line is a comment naming a file by a relative path (``# myapp/jobs.py``,
   ``# settings.toml``; not in a ``text`` or ``console`` block) is written to that path in the
   working directory instead of being run: later blocks import it, later commands use it.
@@ -36,6 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 EXAMPLE_URL = "postgresql://postgres@127.0.0.1/postgres"
+POOLER_URL = "postgresql://postgres@127.0.0.1:6432/postgres"
 
 FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w+-]*)[ \t]*$")
 DIRECTIVE = re.compile(r"<!--\s*docs-test:\s*(?P<what>[\w-]+)\s*(?::\s*(?P<why>.*?))?\s*-->")

@@ -22,7 +22,16 @@ import pytest
 import yaml  # mkdocs' dependency
 
 from pgqueue.cli import app as cli
-from tests.docs_examples import EXAMPLE_URL, ROOT, Block, commands, page_blocks, page_name, pages
+from tests.docs_examples import (
+    EXAMPLE_URL,
+    POOLER_URL,
+    ROOT,
+    Block,
+    commands,
+    page_blocks,
+    page_name,
+    pages,
+)
 
 pytestmark = pytest.mark.timeout(600)
 RUNNER = Path(__file__).resolve().parent / "docs_runner.py"
@@ -30,18 +39,26 @@ PAGES = {page_name(path): path for path in pages()}
 EXAMPLE_URLS = re.compile(
     r"(postgresql(?:\+\w+)?)" + re.escape(EXAMPLE_URL.removeprefix("postgresql"))
 )
+POOLER_URLS = re.compile(
+    r"(postgresql(?:\+\w+)?)" + re.escape(POOLER_URL.removeprefix("postgresql"))
+)
 
 
 def page_ids() -> list[str]:
     return [name for name, path in PAGES.items() if page_blocks(path)]
 
 
-def steps(blocks: list[Block], url: str) -> list[dict[str, str]]:
-    """The runner's plan for a page: files, python blocks and the commands of ``run`` blocks."""
+def steps(blocks: list[Block], url: str, pooled: str | None = None) -> list[dict[str, str]]:
+    """The runner's plan for a page: files, python blocks and the commands of ``run`` blocks.
+
+    ``pooled``: the page's database through the test's PgBouncer, for the pooler's example URL.
+    """
     plan: list[dict[str, str]] = []
     for block in blocks:
-        # the example URL, with a driver's scheme too (postgresql+asyncpg://...)
+        # the example URLs, with a driver's scheme too (postgresql+asyncpg://...)
         code = EXAMPLE_URLS.sub(lambda m: url.replace("postgresql", m[1], 1), block.code)
+        if pooled is not None:
+            code = POOLER_URLS.sub(lambda m: pooled.replace("postgresql", m[1], 1), code)
         if block.file:
             plan.append({"kind": "file", "where": block.where, "file": block.file, "code": code})
         elif block.lang == "python" and block.directive != "skip":
@@ -53,9 +70,15 @@ def steps(blocks: list[Block], url: str) -> list[dict[str, str]]:
 
 
 @pytest.mark.parametrize("page", page_ids())
-def test_the_examples_of_the_page_run(page: str, fresh_database: str, tmp_path: Path) -> None:
+def test_the_examples_of_the_page_run(
+    page: str, fresh_database: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     blocks = page_blocks(PAGES[page])
-    plan = steps(blocks, fresh_database)
+    pooled = None
+    if any(POOLER_URL in block.code for block in blocks):
+        bouncer = request.getfixturevalue("pgbouncer")
+        pooled = bouncer.url(fresh_database.rsplit("/", 1)[1])
+    plan = steps(blocks, fresh_database, pooled)
     if not any(step["kind"] != "file" for step in plan):
         pytest.skip(f"{page} has no example to run")
     (tmp_path / ".plan.json").write_text(json.dumps({"steps": plan}))
