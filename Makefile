@@ -118,6 +118,14 @@ bench-claim-plan: $(BENCH_STAMP) ## The claim statement alone, no history vs 1M 
 bench-observability: $(BENCH_STAMP) ## Drain cost of the events seam, Prometheus, OpenTelemetry (~4 min; BENCH_ARGS="--help")
 	$(BENCH_VENV)/bin/python -m benchmarks.observability $(BENCH_ARGS)
 
+.PHONY: bench-soak
+bench-soak: $(BENCH_STAMP) ## 1,000 jobs/s for 30 min with cleanup on, own PostgreSQL with autovacuum: table size, latency (~32 min; BENCH_ARGS="--help")
+	$(BENCH_VENV)/bin/python -m benchmarks.soak $(BENCH_ARGS)
+
+.PHONY: bench-scale
+bench-scale: $(BENCH_STAMP) ## Drains of 200k jobs by 1, 2, 4, 8 and 16 worker processes: the curve, the claim's cost (~15 min; BENCH_ARGS="--help")
+	$(BENCH_VENV)/bin/python -m benchmarks.scale $(BENCH_ARGS)
+
 .PHONY: screenshots
 screenshots: $(STAMP) ## Retake the dashboard's screenshots in docs/dashboard/ (Debian's chromium, headless)
 	$(PY) -m tests.browser.screenshots

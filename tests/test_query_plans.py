@@ -1,11 +1,13 @@
 """Query plans of the hot statements, as pgqueue really runs them: prepared, on a busy table.
 
-Drivers prepare ``job_claim`` and ``job_finish_many`` server-side (asyncpg always, psycopg after
-a few executions), and PostgreSQL then plans them either with the parameter values (a custom
-plan) or once for all values (a generic plan, which guesses: ``LIMIT $3`` is taken to mean 10 %
-of the matching rows, an array parameter 10 elements). Either way each statement must find its
-rows through an index (the claim index, the primary key), never by reading the whole jobs table:
-a generic plan that hashed the whole table once made every claim cost as much as the table.
+Drivers prepare ``job_claim``, ``job_finish_many`` and the leader's ``job_cleanup`` server-side
+(asyncpg always, psycopg after a few executions), and PostgreSQL then plans them either with the
+parameter values (a custom plan) or once for all values (a generic plan, which guesses: ``LIMIT
+$3`` is taken to mean 10 % of the matching rows, an array parameter 10 elements). Either way each
+statement must find its rows through an index (the claim index, the finished index, the primary
+key), never by reading the whole jobs table: a generic plan that hashed the whole table once made
+every claim cost as much as the table. The cleanup must also read its index in order and stop at
+its limit: sorting every row past retention made each call cost as much as the backlog.
 
 The statements are the shipped ones (``queries_for(settings)``), PREPAREd on a connection of the
 test's own; the plan does not depend on the driver. The checker is itself tested: it rejects
@@ -39,6 +41,13 @@ PENDING = 5_000
 PROCESSING = 1_000
 CLAIM_SLOTS = 10  # the runtime asks for its free slots
 BATCH = 200  # outcomes one job_finish_many records (the runtime flushes up to 1,000)
+# Past retention: completed jobs a day old and more, failed ones a week old and more (the default
+# retentions), and failed jobs in between, which the cleanup passes over.
+EXPIRED = 10_000
+FAILED_KEPT = 1_000
+FAILED_EXPIRED = 500
+DAY = 86_400.0
+CLEANUP_BATCH = 1_000  # RuntimeConfig.cleanup_batch's default
 
 PLAN_MODES = ["force_generic_plan", "force_custom_plan"]
 
@@ -69,6 +78,24 @@ def busy(database_url: str, settings: pgqueue.Settings) -> Iterator[psycopg.Conn
         )
         conn.execute(f"ANALYZE {jobs}")
         yield conn
+
+
+@pytest.fixture
+def expired(busy: psycopg.Connection[Any], settings: pgqueue.Settings) -> psycopg.Connection[Any]:
+    """The busy table with a backlog of finished jobs past retention (ANALYZEd)."""
+    jobs = queries_for(settings).table("jobs")
+    for status, count, oldest, newest in (
+        ("completed", EXPIRED, 2 * DAY, DAY),
+        ("failed", FAILED_KEPT, 3 * DAY, 2 * DAY),
+        ("failed", FAILED_EXPIRED, 9 * DAY, 8 * DAY),
+    ):
+        busy.execute(
+            f"INSERT INTO {jobs} (kind, queue, payload, status, attempts, finished_at) "
+            f"SELECT 'k0', 'default', '{{}}', '{status}', 1, now() - make_interval(secs => "
+            f"{newest} + ({oldest} - {newest}) * i / {count}) FROM generate_series(1, {count}) i"
+        )
+    busy.execute(f"ANALYZE {jobs}")
+    return busy
 
 
 def distinct_parameters(statement: str) -> int:
@@ -200,6 +227,15 @@ def finish_plan(
     return explain(conn, "finish", finish_params(conn, settings))
 
 
+def cleanup_plan(
+    conn: psycopg.Connection[Any], statement: str, mode: str, name: str = "cleanup"
+) -> dict[str, Any]:
+    conn.execute(f"SET plan_cache_mode = {mode}")
+    types = prepare(conn, name, statement)
+    assert types == ["double precision", "double precision", "bigint"], types
+    return explain(conn, name, [DAY, 7 * DAY, CLEANUP_BATCH])
+
+
 def check_claim_plan(plan: dict[str, Any], settings: pgqueue.Settings, mode: str) -> None:
     scans = check_index_access(plan, settings, {"jobs_claim_idx", "jobs_pending_idx", "jobs_pkey"})
     by_index = {s["Index Name"].removeprefix(settings.prefix): s for s in scans}
@@ -218,6 +254,21 @@ def check_finish_plan(plan: dict[str, Any], settings: pgqueue.Settings) -> None:
         assert "(id = " in scan["Index Cond"], scan
 
 
+def check_cleanup_plan(plan: dict[str, Any], settings: pgqueue.Settings) -> None:
+    scans = check_index_access(plan, settings, {"jobs_finished_idx", "jobs_pkey"})
+    by_index = {s["Index Name"].removeprefix(settings.prefix): s for s in scans}
+    # the rows past retention oldest first, straight from the finished index, up to the limit,
+    # never all of them sorted; then the rows to delete by id
+    finished = by_index.get("jobs_finished_idx")
+    assert finished is not None, [s.get("Index Name") for s in scans]
+    assert finished["Scan Direction"] == "Forward", finished
+    assert "finished_at <" in finished["Index Cond"], finished
+    sorts = [n["Node Type"] for n in nodes(plan) if "Sort" in n["Node Type"]]
+    assert not sorts, f"the plan sorts ({sorts}):\n" + json.dumps(plan, indent=1)
+    assert "jobs_pkey" in by_index, [s.get("Index Name") for s in scans]
+    assert "(id = " in by_index["jobs_pkey"]["Index Cond"], by_index["jobs_pkey"]
+
+
 @pytest.mark.parametrize("mode", PLAN_MODES)
 def test_claim_finds_rows_by_the_claim_index_and_primary_key(
     busy: psycopg.Connection[Any], settings: pgqueue.Settings, mode: str
@@ -232,6 +283,14 @@ def test_finish_many_finds_rows_by_primary_key(
 ) -> None:
     statement = queries_for(settings).job_finish_many
     check_finish_plan(finish_plan(busy, settings, statement, mode), settings)
+
+
+@pytest.mark.parametrize("mode", PLAN_MODES)
+def test_cleanup_reads_the_finished_index_in_order_and_deletes_by_primary_key(
+    expired: psycopg.Connection[Any], settings: pgqueue.Settings, mode: str
+) -> None:
+    statement = queries_for(settings).job_cleanup
+    check_cleanup_plan(cleanup_plan(expired, statement, mode), settings)
 
 
 # -- the checks can fail: the statements' earlier forms, whose plans read the whole table ------
@@ -281,3 +340,37 @@ def test_finish_check_rejects_the_status_test_that_read_every_running_job(
     plan = finish_plan(busy, settings, old, "force_custom_plan")
     with pytest.raises(AssertionError, match="not by an index lookup"):
         check_finish_plan(plan, settings)
+
+
+OLD_CLEANUP_FILTER = (
+    "WHERE (status = 'completed' AND finished_at < now() - $1::float8 * interval '1 second')\n"
+    "       OR (status IN ('failed', 'cancelled')\n"
+    "           AND finished_at < now() - $2::float8 * interval '1 second')\n"
+    "    ORDER BY"
+)
+OLD_CLEANUP_DELETE = "WHERE id IN (\n    SELECT id FROM"
+
+
+@pytest.mark.parametrize("mode", PLAN_MODES)
+def test_cleanup_check_rejects_the_or_that_sorted_every_row_past_retention(
+    expired: psycopg.Connection[Any], settings: pgqueue.Settings, mode: str
+) -> None:
+    # The cleanup OR-ed the two retentions: PostgreSQL read every row past retention (through
+    # two index ranges, or the whole table) and sorted them, on every call.
+    or_ed = earlier_form(
+        queries_for(settings).job_cleanup,
+        r"(?s)WHERE status IN \('completed', 'failed', 'cancelled'\)\n.*?END\n    ORDER BY",
+        OLD_CLEANUP_FILTER,
+    )
+    plan = cleanup_plan(expired, or_ed, mode)
+    with pytest.raises(AssertionError):
+        check_cleanup_plan(plan, settings)
+    assert any("Sort" in n["Node Type"] for n in nodes(plan))
+    # And it found the rows to delete by "id IN (subquery)": a generic plan took LIMIT $3 for a
+    # tenth of the table, and hash-joined the whole table to the ids.
+    old = earlier_form(or_ed, r"WHERE id = ANY\(ARRAY\(\n    SELECT id FROM", OLD_CLEANUP_DELETE)
+    old = earlier_form(old, r"\)\)\nRETURNING", ")\nRETURNING")
+    plan = cleanup_plan(expired, old, "force_generic_plan", name="old_cleanup")
+    with pytest.raises(AssertionError, match="not by an index lookup"):
+        check_cleanup_plan(plan, settings)
+    assert any(n["Node Type"] == "Hash Join" for n in nodes(plan))

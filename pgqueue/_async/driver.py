@@ -230,6 +230,7 @@ class AsyncAdvisoryLockBase:
     def __init__(self, key: int, backend_pid: int) -> None:
         self._key = key
         self._pid = backend_pid
+        self._taken = False  # unlocking a lock not held makes the server log a warning
 
     async def _fetch(self, query: str, params: Params) -> list[Row]:
         raise NotImplementedError
@@ -270,6 +271,7 @@ class AsyncAdvisoryLockBase:
         if self._session_closed():
             raise ConnectionLost("the advisory lock's session is closed: open another")
         rows = await self._fetch(ADVISORY_LOCK_TRY_SQL, (self._key,))
+        self._taken = self._taken or bool(rows[0][0])
         return bool(rows[0][0])
 
     @property
@@ -297,7 +299,8 @@ class AsyncAdvisoryLockBase:
         if self._session_closed():
             return
         try:
-            await self._fetch(ADVISORY_LOCK_RELEASE_SQL, (self._key,))
+            if self._taken:
+                await self._fetch(ADVISORY_LOCK_RELEASE_SQL, (self._key,))
         except DatabaseError:
             pass  # the session is gone, and the lock with it
         finally:

@@ -228,6 +228,7 @@ class AdvisoryLockBase:
     def __init__(self, key: int, backend_pid: int) -> None:
         self._key = key
         self._pid = backend_pid
+        self._taken = False  # unlocking a lock not held makes the server log a warning
 
     def _fetch(self, query: str, params: Params) -> list[Row]:
         raise NotImplementedError
@@ -268,6 +269,7 @@ class AdvisoryLockBase:
         if self._session_closed():
             raise ConnectionLost("the advisory lock's session is closed: open another")
         rows = self._fetch(ADVISORY_LOCK_TRY_SQL, (self._key,))
+        self._taken = self._taken or bool(rows[0][0])
         return bool(rows[0][0])
 
     @property
@@ -295,7 +297,8 @@ class AdvisoryLockBase:
         if self._session_closed():
             return
         try:
-            self._fetch(ADVISORY_LOCK_RELEASE_SQL, (self._key,))
+            if self._taken:
+                self._fetch(ADVISORY_LOCK_RELEASE_SQL, (self._key,))
         except DatabaseError:
             pass  # the session is gone, and the lock with it
         finally:

@@ -403,18 +403,33 @@ SELECT id, status, CASE WHEN status = 'pending' THEN pg_notify($2, 'q:' || queue
 FROM rescued;
 
 -- name: job_cleanup
--- Remove up to $3 finished jobs: completed ones older than $1 seconds, failed or cancelled ones
--- older than $2 seconds.
+-- Remove up to $3 finished jobs, oldest first: completed ones older than $1 seconds, failed or
+-- cancelled ones older than $2 seconds.
+-- The rows are one range of jobs_finished_idx (its predicate, and finished_at older than the
+-- shorter retention), read in finished_at order until $3 of them pass the per-status filter.
+-- With the two retentions OR-ed, PostgreSQL read and sorted every row past retention on each
+-- call (the row locks rule out a top-N sort): 25 ms with 10,000 such rows, 100-400 ms with
+-- 200,000, so a cleanup that had fallen behind fell further behind. Now finding 1,000 rows
+-- takes about 2 ms however many are past retention. The filter is a CASE, not an OR, which the
+-- planner could turn back into two index ranges to merge and sort. The price: the rows between
+-- the two retentions that the longer one keeps (by default failed and cancelled jobs 1 to 7
+-- days old) are read from the table and passed over on every call, about 1 ms per 1,000 of
+-- them (the OR-ed form read them too).
+-- An id array rather than IN (subquery), as in job_claim: a generic plan takes LIMIT $3 for a
+-- tenth of the table, and hash-joined the whole table to the ids.
 DELETE FROM {{schema}}.{{jobs}}
-WHERE id IN (
+WHERE id = ANY(ARRAY(
     SELECT id FROM {{schema}}.{{jobs}}
-    WHERE (status = 'completed' AND finished_at < now() - $1::float8 * interval '1 second')
-       OR (status IN ('failed', 'cancelled')
-           AND finished_at < now() - $2::float8 * interval '1 second')
+    WHERE status IN ('completed', 'failed', 'cancelled')
+        AND finished_at < now() - least($1::float8, $2::float8) * interval '1 second'
+        AND CASE status
+            WHEN 'completed' THEN finished_at < now() - $1::float8 * interval '1 second'
+            ELSE finished_at < now() - $2::float8 * interval '1 second'
+        END
     ORDER BY finished_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED
-)
+))
 RETURNING id;
 
 -- name: unique_lock_expire

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import pytest
 
 import pgqueue
 from pgqueue._sync.compat import join, spawn
+from pgqueue._sync.runtime import Runtime
 from tests import jobs
 from tests._sync.helpers import statuses, wait_until
 
@@ -681,6 +683,37 @@ def test_the_leader_rescues_and_cleans_up_cleanup_batch_rows_per_statement(
     for what, sizes in batches.items():
         assert sum(sizes) == 5, (what, sizes)
         assert max(sizes) == 2, (what, sizes)  # never more than cleanup_batch per statement
+
+
+def test_the_leader_warns_when_retention_cleanup_falls_behind(
+    worker: pgqueue.Client, db, jobs_table: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A tick runs at most 20 cleanup statements of cleanup_batch rows: 100 here, for 150 old
+    # jobs. The first tick stops with a full batch still found, and says so, once; the second
+    # removes the rest and says nothing.
+    caplog.set_level(logging.WARNING, logger="pgqueue")
+    db.rows(
+        f"INSERT INTO {jobs_table} (kind, queue, payload, status, finished_at) "
+        "SELECT 'record', 'default', '{}', 'completed', now() - interval '2 minutes' "
+        "FROM generate_series(1, 150)"
+    )
+    config = pgqueue.RuntimeConfig(completed_retention=60, cleanup_batch=5, leader_interval=2)
+    runtime = Runtime(worker.driver, jobs.registry, worker.settings, {"default": 1}, config)
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "retention cleanup" in r.getMessage()]
+
+    runtime.maintain()
+    assert statuses(db, jobs_table) == {"completed": 50}
+    (warning,) = warnings()
+    assert warning.startswith(
+        "retention cleanup removed 100 finished jobs this tick, its most (20 statements of "
+        "cleanup_batch=5), and more are likely past retention: it is falling behind"
+    ), warning
+    assert "Raise cleanup_batch or shorten leader_interval (2s)" in warning, warning
+    runtime.maintain()
+    assert statuses(db, jobs_table) == {}
+    assert len(warnings()) == 1
 
 
 def test_a_msgspec_struct_job_runs_end_to_end(

@@ -161,12 +161,30 @@ class Leader:
                 self._events.emit(JobsRescued(self._instance_id, jobs, tuple(stale)))
             if len(rescued) < config.cleanup_batch:
                 break
+        total = 0
         for _ in range(_MAX_MAINTENANCE_ROUNDS):
             removed = store.job_cleanup(
                 config.completed_retention, config.failed_retention, config.cleanup_batch
             )
+            total += removed
             if removed < config.cleanup_batch:
                 break
+        else:
+            # Every statement found a full batch: a backlog, or more jobs finishing than cleanup
+            # can remove. Nothing else shows it (stats and gauges leave completed jobs out)
+            # until the table has grown.
+            logger.warning(
+                "retention cleanup removed %d finished jobs this tick, its most (%d statements "
+                "of cleanup_batch=%d), and more are likely past retention: it is falling behind "
+                "(if this repeats every tick, the jobs table grows without end). Raise "
+                "cleanup_batch or shorten leader_interval (%gs) until %d x cleanup_batch / "
+                "leader_interval is well above the rate at which jobs finish",
+                total,
+                _MAX_MAINTENANCE_ROUNDS,
+                config.cleanup_batch,
+                config.leader_interval,
+                _MAX_MAINTENANCE_ROUNDS,
+            )
         store.unique_lock_expire(config.cleanup_batch)
         # the tick ledger keeps as long as failed jobs (each entry's newest tick stays)
         store.cron_tick_cleanup(config.failed_retention, config.cleanup_batch)
