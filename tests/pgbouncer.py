@@ -62,6 +62,8 @@ class PgBouncer:
             "pool_mode = transaction\n"
             "max_client_conn = 1000\n"
             f"default_pool_size = {pool_size}\n"
+            # idle server sessions go soon: the other tests of the run need the server's slots
+            "server_idle_timeout = 10\n"
             # what psycopg and asyncpg may send at startup, which PgBouncer would refuse
             "ignore_startup_parameters = extra_float_digits,options,search_path\n"
             f"logfile = {self.log}\n"
