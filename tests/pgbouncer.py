@@ -18,9 +18,19 @@ from pathlib import Path
 
 import psycopg
 
-__all__ = ["PgBouncer"]
+__all__ = ["PgBouncer", "missing_pgbouncer"]
 
 BINARY = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+
+
+def missing_pgbouncer() -> str | None:
+    """Why PgBouncer cannot be started here (None when it can)."""
+    if os.access(BINARY, os.X_OK):
+        return None
+    return (
+        f"{BINARY} not found: the tests through a transaction pooler need Debian's pgbouncer "
+        "(apt-get install pgbouncer, as .ci/run does)"
+    )
 
 
 def _free_port() -> int:
@@ -34,11 +44,9 @@ class PgBouncer:
     """One PgBouncer process: ``pool_mode = transaction``, ``url(...)`` to reach a database."""
 
     def __init__(self, server_dsn: str, pool_size: int = 20) -> None:
-        if not os.path.exists(BINARY):
-            raise RuntimeError(
-                "PgBouncer is not installed: `apt-get install pgbouncer` (Debian's package; "
-                ".ci/run installs it)"
-            )
+        missing = missing_pgbouncer()
+        if missing:
+            raise RuntimeError(missing)
         info = psycopg.conninfo.conninfo_to_dict(server_dsn)
         self.server_host = str(info.get("host", "127.0.0.1"))
         self.server_port = int(info.get("port", 5432))

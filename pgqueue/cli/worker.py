@@ -330,7 +330,7 @@ def run_worker(options: WorkerOptions) -> int:
         close_observability = observability_start(c, options.observe)
         try:
             c.start(queues, config=options.config, until_empty=options.until_empty)
-            _log_started(options, queues, registry, "sync")
+            _log_started(options, queues, registry, "sync", c.poll_only)
             runtime = c.runtime
             assert runtime is not None
             stopper.attach(runtime)
@@ -350,7 +350,11 @@ def run_worker(options: WorkerOptions) -> int:
 
 
 def _log_started(
-    options: WorkerOptions, queues: dict[str, int], registry: WorkerRegistry, runtime: str
+    options: WorkerOptions,
+    queues: dict[str, int],
+    registry: WorkerRegistry,
+    runtime: str,
+    poll_only: bool,
 ) -> None:
     settings = options.target.settings
     logging.getLogger("pgqueue").info(
@@ -374,6 +378,12 @@ def _log_started(
             "registry": options.registry,
         },
     )
+    if poll_only:  # new jobs then start up to --poll-interval later: say why
+        logging.getLogger("pgqueue").info(
+            "polling only: no LISTEN (queues checked every %gs), the leader elected by a lease "
+            "(--pgbouncer without --listen-dsn, or --poll-only)",
+            options.config.poll_interval,
+        )
     # which process runs the schedules is what an operator asks first when a tick is missing
     names = ", ".join(entry.name for entry in registry.periodic)
     if names and options.config.periodic:
@@ -438,7 +448,7 @@ async def _run_worker_async(
         close_observability = observability_start(c, options.observe)
         try:
             await c.start(queues, config=options.config, until_empty=options.until_empty)
-            _log_started(options, queues, registry, "asyncio")
+            _log_started(options, queues, registry, "asyncio", c.poll_only)
             runtime = c.runtime
             assert runtime is not None
             stopper.attach(runtime)

@@ -205,3 +205,25 @@ async def test_pgbouncer_refuses_what_would_break_behind_it(
         await pgqueue.AsyncClient.connect(url, driver="sqlalchemy", pgbouncer=True)
     with pytest.raises(pgqueue.ConfigurationError, match="listen_dsn"):
         await pgqueue.AsyncClient.connect(url, pgbouncer=True, listen_dsn="db.internal:5432")
+
+
+async def test_the_environment_says_pgbouncer_and_listen_dsn(
+    pgbouncer: PgBouncer, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # what every `pgqueue` command, the dashboard and connect() without the arguments read
+    url = pgbouncer.url(_dbname(database_url))
+    monkeypatch.setenv("PGQUEUE_PGBOUNCER", "1")
+    client = await pgqueue.AsyncClient.connect(url)
+    assert client.poll_only
+    await client.close()
+    monkeypatch.setenv("PGQUEUE_LISTEN_DSN", database_url)
+    client = await pgqueue.AsyncClient.connect(url)
+    assert not client.poll_only
+    await client.close()
+    # poll_only=True asks for polling whatever the environment implies
+    client = await pgqueue.AsyncClient.connect(url, poll_only=True)
+    assert client.poll_only
+    await client.close()
+    monkeypatch.setenv("PGQUEUE_PGBOUNCER", "maybe")
+    with pytest.raises(pgqueue.ConfigurationError, match="PGQUEUE_PGBOUNCER"):
+        await pgqueue.AsyncClient.connect(url)

@@ -50,7 +50,8 @@ async def test_a_follower_tries_the_lead_on_one_session(
         # open and close a session of its own
         await wait_until(lambda: _beats(db, settings, follower, seen) > 5, what="5 beats of b")
         assert not b.runtime.is_leader
-        assert db.value(SESSIONS) - before <= 3  # the pool may grow; no session per try
+        # the shared pool may grow under load (a few); a session per try would be about 20
+        assert db.value(SESSIONS) - before <= 6
         await a.stop(0)
         await wait_until(lambda: b.runtime is not None and b.runtime.is_leader, what="b leads")
     finally:
@@ -86,7 +87,7 @@ async def test_poll_only_runs_jobs_with_one_leader_by_lease(
         await wait_until(lambda: _beats(db, settings, ra.instance_id, seen) >= 1)
         before = db.value(SESSIONS)
         await wait_until(lambda: _beats(db, settings, ra.instance_id, seen) > 5, what="5 beats")
-        assert db.value(SESSIONS) - before <= 3
+        assert db.value(SESSIONS) - before <= 6  # as above: the pools may grow, a few
         # the lease stays with one instance, tick after tick
         assert not (ra.is_leader and rb.is_leader)
         assert db.value(marked) == 1

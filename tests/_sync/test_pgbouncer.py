@@ -204,3 +204,25 @@ def test_pgbouncer_refuses_what_would_break_behind_it(
         pgqueue.Client.connect(url, driver="sqlalchemy", pgbouncer=True)
     with pytest.raises(pgqueue.ConfigurationError, match="listen_dsn"):
         pgqueue.Client.connect(url, pgbouncer=True, listen_dsn="db.internal:5432")
+
+
+def test_the_environment_says_pgbouncer_and_listen_dsn(
+    pgbouncer: PgBouncer, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # what every `pgqueue` command, the dashboard and connect() without the arguments read
+    url = pgbouncer.url(_dbname(database_url))
+    monkeypatch.setenv("PGQUEUE_PGBOUNCER", "1")
+    client = pgqueue.Client.connect(url)
+    assert client.poll_only
+    client.close()
+    monkeypatch.setenv("PGQUEUE_LISTEN_DSN", database_url)
+    client = pgqueue.Client.connect(url)
+    assert not client.poll_only
+    client.close()
+    # poll_only=True asks for polling whatever the environment implies
+    client = pgqueue.Client.connect(url, poll_only=True)
+    assert client.poll_only
+    client.close()
+    monkeypatch.setenv("PGQUEUE_PGBOUNCER", "maybe")
+    with pytest.raises(pgqueue.ConfigurationError, match="PGQUEUE_PGBOUNCER"):
+        pgqueue.Client.connect(url)

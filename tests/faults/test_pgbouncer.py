@@ -113,4 +113,6 @@ def test_sigkill_mid_job_behind_the_pooler(fleet: Fleet, pgbouncer: PgBouncer, r
     fleet.check_invariants()
     _check_no_leaks(fleet, pgbouncer)
     assert "prepared statement" not in survivor.log(), survivor.log()
+    # a worker that polls says so when it starts
+    assert ("polling only: no LISTEN" in survivor.log()) is (route == "poll"), survivor.log()
     assert "Traceback" not in survivor.log(), survivor.log()
