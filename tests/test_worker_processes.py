@@ -158,6 +158,8 @@ def test_second_sigterm_stops_at_once(
 ) -> None:
     # a job that ignores cancellation (a plain sleep) and a long shutdown timeout
     job = client.add_job(jobs.DbRecord(table=runs, first_sleep=600))
+    # PYTHONFAULTHANDLER: a SIGABRT (below, if it hangs) writes every thread's stack to its log
+    workers.env = {**workers.env, "PYTHONFAULTHANDLER": "1"}
     proc = workers.start("--shutdown-timeout", "300")
     wait_until(lambda: status_of(db, jobs_table, job.id) == ("processing", 1), 30, what="claimed")
     proc.send_signal(signal.SIGTERM)
@@ -166,7 +168,19 @@ def test_second_sigterm_stops_at_once(
     assert proc.poll() is None
     start = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(30) == 0
+    try:
+        code = proc.wait(30)
+    except subprocess.TimeoutExpired:
+        # it flaked once in CI: say where the worker was (its log, its threads' stacks)
+        proc.send_signal(signal.SIGABRT)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log = workers.log(proc)
+        raise AssertionError(f"no exit 30 s after the second SIGTERM:\n{log}") from None
+    assert code == 0
     print(f"second sigterm exit: {time.monotonic() - start:.2f}s")
     assert time.monotonic() - start < 10
     assert status_of(db, jobs_table, job.id) == ("pending", 0)
