@@ -8,7 +8,8 @@ An adapter in ``pgqueue_adapters`` imports from here (and from :mod:`pgqueue.err
   :class:`Listener`, :class:`AdvisoryLock`, :class:`SupportsCopy` (blocking);
 - base classes with the behaviour every adapter shares: :class:`AsyncTxDriverBase` /
   :class:`TxDriverBase` (a driver bound to an open transaction) and
-  :class:`AsyncAdvisoryLockBase` / :class:`AdvisoryLockBase` (a lock on a dedicated session);
+  :class:`AsyncAdvisoryLockBase` / :class:`AdvisoryLockBase` (a lock on a dedicated session),
+  and :func:`async_advisory_lock_once` / :func:`sync_advisory_lock_once` (one try of one);
 - the values both sides pass: :data:`Row`, :data:`Params`, :class:`Notification`, the
   SQLSTATEs that mean a lost session (:data:`LOST_SQLSTATES`) and the advisory-lock SQL;
 - :data:`AsyncLock` / :data:`Lock`, the lock that serialises a shared connection's statements.
@@ -30,6 +31,7 @@ from ._async.driver import (
     AsyncListener,
     AsyncSupportsCopy,
     AsyncTxDriverBase,
+    async_advisory_lock_once,
 )
 from ._driver_values import (
     ADVISORY_LOCK_HELD_SQL,
@@ -50,6 +52,7 @@ from ._sync.driver import (
     Listener,
     SupportsCopy,
     TxDriverBase,
+    sync_advisory_lock_once,
 )
 
 __all__ = [
@@ -76,7 +79,9 @@ __all__ = [
     "SupportsCopy",
     "TxDriverBase",
     "advisory_lock_held_params",
+    "async_advisory_lock_once",
     "idle_timeout_setting",
+    "sync_advisory_lock_once",
 ]
 
 AsyncLock = asyncio.Lock

@@ -110,3 +110,34 @@ def test_worker_until_empty_still_stops_on_sigterm(
     assert "worker done" not in text
     # cut off by the stop: handed back, the attempt not charged
     assert db.rows(f"SELECT status, attempts FROM {jobs_table}") == [("pending", 0)]
+
+
+@pytest.mark.parametrize("runtime", [[], ["--asyncio"]], ids=["sync", "asyncio"])
+def test_worker_poll_only_runs_the_jobs_without_listen(
+    client: pgqueue.Client, env: dict[str, str], db, jobs_table: str, runtime: list[str]
+) -> None:
+    # `--poll-only` (what --pgbouncer without --listen-dsn implies): no LISTEN session, the
+    # queues polled, and the worker says so when it starts
+    client.add_jobs([jobs.Record(token="poll", n=i) for i in range(10)])
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pgqueue",
+            "worker",
+            REGISTRY,
+            "--until-empty",
+            "--poll-only",
+            *runtime,
+        ],
+        cwd=ROOT,
+        env={**env, "PGQUEUE_POLL_INTERVAL": "0.2"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "polling only: no LISTEN (queues checked every 0.2s)" in result.stderr
+    assert dict(db.rows(f"SELECT status, count(*) FROM {jobs_table} GROUP BY status")) == {
+        "completed": 10
+    }

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from .._driver_values import (
     ADVISORY_LOCK_HELD_SQL,
@@ -45,6 +45,7 @@ __all__ = [
     "AsyncListener",
     "AsyncSupportsCopy",
     "AsyncTxDriverBase",
+    "async_advisory_lock_once",
 ]
 
 
@@ -223,8 +224,7 @@ class AsyncAdvisoryLockBase:
 
     A subclass holds one dedicated session and says how to run a statement on it
     (``_fetch``, the library's errors translated to pgqueue's), whether the session is closed
-    and how to close it. The lock owns the session: it closes it on release, and when a
-    one-shot ``try_advisory_lock`` did not get the lock.
+    and how to close it. The lock owns the session and closes it on release.
     """
 
     def __init__(self, key: int, backend_pid: int) -> None:
@@ -253,18 +253,6 @@ class AsyncAdvisoryLockBase:
         except BaseException:
             await self._close_session()
             raise
-
-    async def _take(self, idle_timeout: float | None) -> bool:
-        """Prepare the session and try the lock once; close the session unless it was taken."""
-        await self._prepare(idle_timeout)
-        try:
-            taken = await self.try_take()
-        except BaseException:
-            await self._close_session()
-            raise
-        if not taken:
-            await self._close_session()
-        return taken
 
     async def try_take(self) -> bool:
         """Try the lock on this session, without waiting; keep the session either way."""
@@ -305,3 +293,23 @@ class AsyncAdvisoryLockBase:
             pass  # the session is gone, and the lock with it
         finally:
             await self._close_session()
+
+
+_LockT = TypeVar("_LockT", bound=AsyncAdvisoryLock)
+
+
+async def async_advisory_lock_once(lock: _LockT) -> _LockT | None:
+    """Try ``lock`` (from ``advisory_lock()``) once: return it held, or close its session.
+
+    What every adapter's ``try_advisory_lock`` is: a session for one try, kept only when it got
+    the lock.
+    """
+    try:
+        taken = await lock.try_take()
+    except BaseException:
+        await lock.release()
+        raise
+    if taken:
+        return lock
+    await lock.release()
+    return None

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from .._driver_values import (
     ADVISORY_LOCK_HELD_SQL,
@@ -47,6 +47,7 @@ __all__ = [
     "Listener",
     "SupportsCopy",
     "TxDriverBase",
+    "sync_advisory_lock_once",
 ]
 
 
@@ -221,8 +222,7 @@ class AdvisoryLockBase:
 
     A subclass holds one dedicated session and says how to run a statement on it
     (``_fetch``, the library's errors translated to pgqueue's), whether the session is closed
-    and how to close it. The lock owns the session: it closes it on release, and when a
-    one-shot ``try_advisory_lock`` did not get the lock.
+    and how to close it. The lock owns the session and closes it on release.
     """
 
     def __init__(self, key: int, backend_pid: int) -> None:
@@ -251,18 +251,6 @@ class AdvisoryLockBase:
         except BaseException:
             self._close_session()
             raise
-
-    def _take(self, idle_timeout: float | None) -> bool:
-        """Prepare the session and try the lock once; close the session unless it was taken."""
-        self._prepare(idle_timeout)
-        try:
-            taken = self.try_take()
-        except BaseException:
-            self._close_session()
-            raise
-        if not taken:
-            self._close_session()
-        return taken
 
     def try_take(self) -> bool:
         """Try the lock on this session, without waiting; keep the session either way."""
@@ -303,3 +291,23 @@ class AdvisoryLockBase:
             pass  # the session is gone, and the lock with it
         finally:
             self._close_session()
+
+
+_LockT = TypeVar("_LockT", bound=AdvisoryLock)
+
+
+def sync_advisory_lock_once(lock: _LockT) -> _LockT | None:
+    """Try ``lock`` (from ``advisory_lock()``) once: return it held, or close its session.
+
+    What every adapter's ``try_advisory_lock`` is: a session for one try, kept only when it got
+    the lock.
+    """
+    try:
+        taken = lock.try_take()
+    except BaseException:
+        lock.release()
+        raise
+    if taken:
+        return lock
+    lock.release()
+    return None

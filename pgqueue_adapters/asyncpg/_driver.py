@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from pgqueue.driver import AsyncTxDriverBase, Params, Row
+from pgqueue.driver import AsyncTxDriverBase, Params, Row, async_advisory_lock_once
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError
 
 from .._hot import HotConnection
@@ -254,7 +254,7 @@ class AsyncpgDriver:
 
         ``idle_timeout``: see ``AsyncDriver.try_advisory_lock``.
         """
-        return await AsyncpgAdvisoryLock.acquire(await self._dedicated(), key, idle_timeout)
+        return await async_advisory_lock_once(await self.advisory_lock(key, idle_timeout))
 
     async def advisory_lock(
         self, key: int, idle_timeout: float | None = None

@@ -227,18 +227,6 @@ class AsyncpgAdvisoryLock(AsyncAdvisoryLockBase):
         self._conn = conn
 
     @classmethod
-    async def acquire(
-        cls, conn: asyncpg.Connection, key: int, idle_timeout: float | None = None
-    ) -> AsyncpgAdvisoryLock | None:
-        """Try to lock ``key`` on ``conn`` (dedicated; the lock owns it).
-
-        Closes ``conn`` and returns ``None`` when another session holds the lock.
-        ``idle_timeout``: see ``AsyncDriver.try_advisory_lock``.
-        """
-        lock = cls(conn, key)
-        return lock if await lock._take(idle_timeout) else None
-
-    @classmethod
     async def open(
         cls, conn: asyncpg.Connection, key: int, idle_timeout: float | None = None
     ) -> AsyncpgAdvisoryLock:

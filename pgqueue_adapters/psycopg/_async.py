@@ -22,7 +22,7 @@ from psycopg import AsyncConnection
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
-from pgqueue.driver import AsyncLock, AsyncTxDriverBase, Params, Row
+from pgqueue.driver import AsyncLock, AsyncTxDriverBase, Params, Row, async_advisory_lock_once
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError
 
 from .._hot import HotConnection
@@ -191,7 +191,7 @@ class AsyncPsycopgDriver:
 
         ``idle_timeout``: see ``AsyncDriver.try_advisory_lock``.
         """
-        return await AsyncPsycopgAdvisoryLock.acquire(await self._dedicated(), key, idle_timeout)
+        return await async_advisory_lock_once(await self.advisory_lock(key, idle_timeout))
 
     async def advisory_lock(
         self, key: int, idle_timeout: float | None = None

@@ -23,7 +23,7 @@ from psycopg import Connection
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
-from pgqueue.driver import Lock, TxDriverBase, Params, Row
+from pgqueue.driver import Lock, TxDriverBase, Params, Row, sync_advisory_lock_once
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError
 
 from .._hot import HotConnection
@@ -190,7 +190,7 @@ class PsycopgDriver:
 
         ``idle_timeout``: see ``Driver.try_advisory_lock``.
         """
-        return PsycopgAdvisoryLock.acquire(self._dedicated(), key, idle_timeout)
+        return sync_advisory_lock_once(self.advisory_lock(key, idle_timeout))
 
     def advisory_lock(self, key: int, idle_timeout: float | None = None) -> PsycopgAdvisoryLock:
         """Open a dedicated connection for advisory lock ``key``, not yet taken (``try_take``).

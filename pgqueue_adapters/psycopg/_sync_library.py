@@ -148,18 +148,6 @@ class PsycopgAdvisoryLock(AdvisoryLockBase):
         self._conn = conn
 
     @classmethod
-    def acquire(
-        cls, conn: Connection[Any], key: int, idle_timeout: float | None = None
-    ) -> PsycopgAdvisoryLock | None:
-        """Try to lock ``key`` on ``conn`` (autocommit, dedicated; the lock owns it).
-
-        Closes ``conn`` and returns ``None`` when another session holds the lock.
-        ``idle_timeout``: see ``Driver.try_advisory_lock``.
-        """
-        lock = cls(conn, key)
-        return lock if lock._take(idle_timeout) else None
-
-    @classmethod
     def open(
         cls, conn: Connection[Any], key: int, idle_timeout: float | None = None
     ) -> PsycopgAdvisoryLock:

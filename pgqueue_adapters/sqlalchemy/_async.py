@@ -35,6 +35,7 @@ from pgqueue.driver import (
     AsyncTxDriverBase,
     Params,
     Row,
+    async_advisory_lock_once,
 )
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError, DriverNotInstalled
 
@@ -334,17 +335,7 @@ class AsyncSQLAlchemyDriver:
 
         ``idle_timeout``: see ``AsyncDriver.try_advisory_lock``.
         """
-        dsn = self._session_url or _SIDE.dedicated_dsn(self._dialect, self._url)
-        # async-only: begin
-        if self._dialect.driver == "asyncpg":
-            from pgqueue_adapters.asyncpg import AsyncpgAdvisoryLock, open_session
-
-            return await AsyncpgAdvisoryLock.acquire(await open_session(dsn), key, idle_timeout)
-        # async-only: end
-        from pgqueue_adapters.psycopg import AsyncPsycopgAdvisoryLock, async_open_session
-
-        session = await async_open_session(dsn)
-        return await AsyncPsycopgAdvisoryLock.acquire(session, key, idle_timeout)
+        return await async_advisory_lock_once(await self.advisory_lock(key, idle_timeout))
 
     async def advisory_lock(self, key: int, idle_timeout: float | None = None) -> AsyncAdvisoryLock:
         """Open a dedicated connection for advisory lock ``key``, not yet taken (``try_take``).

@@ -36,6 +36,7 @@ from pgqueue.driver import (
     TxDriverBase,
     Params,
     Row,
+    sync_advisory_lock_once,
 )
 from pgqueue.errors import ConfigurationError, ConnectionLost, DatabaseError, DriverNotInstalled
 
@@ -310,11 +311,7 @@ class SQLAlchemyDriver:
 
         ``idle_timeout``: see ``Driver.try_advisory_lock``.
         """
-        dsn = self._session_url or _SIDE.dedicated_dsn(self._dialect, self._url)
-        from pgqueue_adapters.psycopg import PsycopgAdvisoryLock, sync_open_session
-
-        session = sync_open_session(dsn)
-        return PsycopgAdvisoryLock.acquire(session, key, idle_timeout)
+        return sync_advisory_lock_once(self.advisory_lock(key, idle_timeout))
 
     def advisory_lock(self, key: int, idle_timeout: float | None = None) -> AdvisoryLock:
         """Open a dedicated connection for advisory lock ``key``, not yet taken (``try_take``).

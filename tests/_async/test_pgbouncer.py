@@ -200,6 +200,16 @@ async def test_pgbouncer_refuses_what_would_break_behind_it(
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(url, open=False)
     with pytest.raises(pgqueue.ConfigurationError, match="prepare_threshold"):
         await pgqueue.AsyncClient.connect(pool, pgbouncer=True)
+    # async-only: begin
+    import asyncpg
+
+    cached = await asyncpg.create_pool(url, min_size=0)  # statements cached by name
+    try:
+        with pytest.raises(pgqueue.ConfigurationError, match="statement_cache_size=0"):
+            await pgqueue.AsyncClient.connect(cached, pgbouncer=True)
+    finally:
+        await cached.close()
+    # async-only: end
     # SQLAlchemy is not the tested route behind a transaction pooler
     with pytest.raises(pgqueue.ConfigurationError, match="psycopg and asyncpg"):
         await pgqueue.AsyncClient.connect(url, driver="sqlalchemy", pgbouncer=True)

@@ -9,19 +9,12 @@ sessions, and rolls back whatever transaction the dead client left open.
 
 from __future__ import annotations
 
-import time
-
 import psutil
 import pytest
 
-from tests.faults import jobs
-from tests.faults.harness import LEADER_INTERVAL, RESCUE_AFTER, Fleet, note_time, wait_for
-from tests.faults.test_processes import held_by, unfinished_runs
+from tests.faults.harness import Fleet, wait_for
+from tests.faults.test_processes import sigkill_mid_job
 from tests.pgbouncer import PgBouncer
-
-# As in test_processes: stale after rescue_after, seen at a leader's next tick (a lease passes
-# to the survivor at the same moment the victim's heartbeat is stale), run at once.
-RESCUE_BOUND = RESCUE_AFTER + 4 * LEADER_INTERVAL + 3.0
 
 ROUTES = pytest.mark.parametrize("route", ["direct", "poll"])
 
@@ -83,27 +76,8 @@ def test_sigkill_mid_job_behind_the_pooler(fleet: Fleet, pgbouncer: PgBouncer, r
     victim = fleet.start(*options, port=pgbouncer.port)
     survivor = fleet.start(*options, port=pgbouncer.port)
     fleet.wait_ready(victim, survivor)
-    fleet.add_rolled_back()
-    ids = fleet.add(40, job=jobs.Work, sleep=0.3)
-    wait_for(lambda: unfinished_runs(fleet, victim.pid) >= 2, 20, "the victim mid-job")
-    start = time.monotonic()
-    fleet.kill_and_settle(victim)  # its direct sessions, if any; the pooler keeps its own
-    held = held_by(fleet, victim.pid)
-    assert held, "the victim held no job when killed"
-    fleet.wait_final(held, 30, "the killed worker's jobs")
-    note_time(
-        f"SIGKILL mid-job behind PgBouncer ({route}): its jobs completed elsewhere",
-        fleet.mode,
-        time.monotonic() - start,
-        RESCUE_BOUND,
-    )
-    fleet.wait_final(ids, 60)
-    rescued = fleet.observer.value(
-        f"SELECT count(*) FROM {fleet.jobs_table} WHERE id = ANY($1) AND attempts = 2 "
-        "AND last_error LIKE '%stopped heartbeating%'",
-        (held,),
-    )
-    assert rescued == len(held)
+    # its direct sessions, if any, are waited for; the pooler keeps its own
+    sigkill_mid_job(fleet, victim, f"SIGKILL mid-job behind PgBouncer ({route})")
     # the survivor leads now, by the advisory lock on its direct session or by the lease
     leader = fleet.observer.value(
         f'SELECT pid FROM "{fleet.schema}".pgqueue_instances WHERE is_leader'

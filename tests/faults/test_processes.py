@@ -14,6 +14,7 @@ from tests.faults.harness import (
     LEADER_INTERVAL,
     RESCUE_AFTER,
     Fleet,
+    Worker,
     note_time,
     wait_for,
 )
@@ -63,10 +64,14 @@ def kind_label(kind: type[pgqueue.Worker]) -> str:
     return " (async jobs)" if kind is jobs.AsyncWork else ""
 
 
-@JOB_KINDS
-def test_sigkill_mid_job(fleet: Fleet, kind: type[pgqueue.Worker]) -> None:
-    victim, survivor = fleet.start(), fleet.start()
-    fleet.wait_ready(victim, survivor)
+def sigkill_mid_job(
+    fleet: Fleet, victim: Worker, what: str, kind: type[pgqueue.Worker] = jobs.Work
+) -> None:
+    """Kill ``victim`` in the middle of its jobs: they complete elsewhere, each rescued once.
+
+    Every job of the batch completes; the victim's are charged the lost attempt, with the
+    rescue's error. ``what`` names the recovery time noted for the docs.
+    """
     fleet.add_rolled_back()
     ids = fleet.add(40, job=kind, sleep=0.3)
     wait_for(lambda: unfinished_runs(fleet, victim.pid) >= 2, 20, "the victim mid-job")
@@ -75,12 +80,7 @@ def test_sigkill_mid_job(fleet: Fleet, kind: type[pgqueue.Worker]) -> None:
     held = held_by(fleet, victim.pid)
     assert held, "the victim held no job when killed"
     fleet.wait_final(held, 30, "the killed worker's jobs")
-    note_time(
-        "SIGKILL mid-job: its jobs completed elsewhere" + kind_label(kind),
-        fleet.mode,
-        time.monotonic() - start,
-        RESCUE_BOUND,
-    )
+    note_time(what, fleet.mode, time.monotonic() - start, RESCUE_BOUND)
     fleet.wait_final(ids, 60)
     rescued = fleet.observer.value(
         f"SELECT count(*) FROM {fleet.jobs_table} WHERE id = ANY($1) AND attempts = 2 "
@@ -88,6 +88,14 @@ def test_sigkill_mid_job(fleet: Fleet, kind: type[pgqueue.Worker]) -> None:
         (held,),
     )
     assert rescued == len(held)
+
+
+@JOB_KINDS
+def test_sigkill_mid_job(fleet: Fleet, kind: type[pgqueue.Worker]) -> None:
+    victim, survivor = fleet.start(), fleet.start()
+    fleet.wait_ready(victim, survivor)
+    what = "SIGKILL mid-job: its jobs completed elsewhere" + kind_label(kind)
+    sigkill_mid_job(fleet, victim, what, kind)
     finish(fleet)
     survivor_log = survivor.log()
     assert "Traceback" not in survivor_log, survivor_log
